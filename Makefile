@@ -1,0 +1,78 @@
+# One command surface: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+UV := UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv
+# Starts embedded PostgreSQL/Valkey when DATABASE_URL/REDIS_URL are unset, runs the
+# command with them, then stops what it started.
+WITH_SERVICES := $(BIN)/python -m config.devservices exec --
+
+.PHONY: help install run test check lint typecheck pytest migrate makemigrations-check \
+        worker beat web services-up services-down bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  \033[1m%-22s\033[0m %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml uv.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) sync --frozen --inexact
+	@touch $@
+
+install: $(VENV)/.installed ## Create .venv and install the locked dependencies
+
+run: install ## Start everything (services, migrate, demo tenant, web + worker + beat)
+	$(BIN)/python -m config.launcher
+
+test: install ## Lint, type-check and run the whole test suite
+	$(MAKE) --no-print-directory lint typecheck
+	$(WITH_SERVICES) $(BIN)/pytest
+
+check: install ## lint + typecheck + tests + makemigrations --check
+	$(MAKE) --no-print-directory lint typecheck
+	$(WITH_SERVICES) bash -c '$(BIN)/python manage.py makemigrations --check --dry-run && $(BIN)/pytest'
+
+lint: install ## ruff (lint + format check) and import-linter contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: install ## mypy with the Django and DRF plugins
+	$(BIN)/mypy
+
+pytest: install ## Only the tests (pass ARGS=... to pytest)
+	$(WITH_SERVICES) $(BIN)/pytest $(ARGS)
+
+migrate: install ## Apply database migrations
+	$(WITH_SERVICES) $(BIN)/python manage.py migrate
+
+makemigrations-check: install ## Fail when models and migrations disagree
+	$(WITH_SERVICES) $(BIN)/python manage.py makemigrations --check --dry-run
+
+web: install ## Run only the ASGI server (services must be up: make services-up)
+	$(BIN)/python -m uvicorn config.asgi:application --host $${HOST:-127.0.0.1} --port $${PORT:-8000} --lifespan off
+
+worker: install ## Run only a Celery worker (threads pool)
+	$(BIN)/celery -A config worker --pool threads --loglevel INFO
+
+beat: install ## Run only celery beat
+	$(BIN)/celery -A config beat --loglevel INFO --schedule var/celerybeat-schedule
+
+services-up: install ## Start (or reuse) the embedded PostgreSQL and Valkey
+	$(BIN)/python -m config.devservices up
+
+services-down: install ## Stop the embedded PostgreSQL and Valkey
+	$(BIN)/python -m config.devservices down
+
+bench: install ## Run the benchmark harness and record the results
+	$(WITH_SERVICES) $(BIN)/python -m bench
+
+clean: ## Remove the virtualenv and caches (var/ data is kept)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

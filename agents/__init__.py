@@ -1,0 +1,1 @@
+"""Definitions: models, prompts, agents, code tools; the Python registry; bundles; LLM providers."""

@@ -1,0 +1,1 @@
+"""Shared building blocks: ids, time, domain errors, envelope encryption, API plumbing."""

@@ -1,0 +1,108 @@
+"""API plumbing shared by every app: the one exception handler and JSON error pages.
+
+Every error the API returns has the shape ``{"error": {"code", "message", "field"?}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from common.errors import DomainError
+
+logger = logging.getLogger(__name__)
+
+# DRF's default codes, renamed to the platform's vocabulary; others pass through.
+_RENAMED_CODES = {
+    "not_authenticated": "unauthenticated",
+    "authentication_failed": "unauthenticated",
+    "permission_denied": "forbidden",
+    "parse_error": "malformed_body",
+}
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, str] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
+
+
+def _first_validation_error(detail: Any, path: str = "") -> tuple[str | None, str]:
+    """The first (field path, message) of a DRF validation tree, e.g. ``("tools[2].name", ...)``."""
+    if isinstance(detail, Mapping):
+        for key, value in detail.items():
+            if key == "non_field_errors":
+                name = path
+            elif isinstance(key, int):  # DRF keys list-item errors by index
+                name = f"{path}[{key}]"
+            else:
+                name = f"{path}.{key}" if path else str(key)
+            return _first_validation_error(value, name)
+    if isinstance(detail, Sequence) and not isinstance(detail, str):
+        for index, value in enumerate(detail):
+            nested = isinstance(value, Mapping | list)
+            if nested and not value:
+                continue  # DRF's list error format marks valid items with {}
+            return _first_validation_error(value, f"{path}[{index}]" if nested else path)
+    return (path or None), str(detail)
+
+
+def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
+    """Map domain and DRF errors to the platform's error body; never leak a stack trace."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, DomainError):
+        if exc.status == status.HTTP_401_UNAUTHORIZED:
+            headers["WWW-Authenticate"] = 'Bearer realm="api"'
+        return Response({"error": exc.as_dict()}, status=exc.status, headers=headers)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, exceptions.ValidationError):
+        field, message = _first_validation_error(exc.detail)
+        body = error_body("invalid", f"{field}: {message}" if field else message, field)
+        body["error"]["details"] = exc.detail
+        return Response(body, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, exceptions.APIException):
+        code = str(getattr(exc.detail, "code", None) or exc.default_code)
+        code = _RENAMED_CODES.get(code, code)
+        response_headers = {}
+        if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+            response_headers["WWW-Authenticate"] = 'Bearer realm="api"'
+        if getattr(exc, "wait", None):
+            response_headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+        return Response(
+            error_body(code, str(exc.detail)), status=exc.status_code, headers=response_headers
+        )
+    logger.exception("Unhandled error in %s", context.get("view"))
+    return Response(
+        error_body("internal_error", "The server failed to handle this request."),
+        status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+    )
+
+
+def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """handler404 for unknown API URLs (HTML pages keep Django's default)."""
+    return JsonResponse(error_body("not_found", f"No route for {request.path}"), status=404)
+
+
+def json_server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        error_body("internal_error", "The server failed to handle this request."), status=500
+    )
+
+
+class Router(SimpleRouter):
+    """A DRF router whose routes match with or without a trailing slash."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trailing_slash = "/?"

@@ -1,0 +1,226 @@
+"""The one door to the process environment.
+
+Nothing else in the project reads ``os.environ`` (ruff bans it elsewhere). Every
+variable is listed in ``.env.example``. Readers are functions, so nothing is read
+at import time and tests can change the environment before settings load.
+
+Two modes:
+
+* ``development`` (the default): missing secrets are generated once under
+  ``var/secrets.json`` and missing service URLs come from the embedded servers
+  recorded in ``var/services.json`` by ``python -m config.devservices``.
+* ``production``: every required variable must be set; :func:`check_production`
+  names each one that is missing or unsafe.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from django.core.exceptions import ImproperlyConfigured
+
+Mode = Literal["development", "production"]
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _get(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
+
+
+def _list(name: str) -> list[str] | None:
+    raw = _get(name)
+    if raw is None:
+        return None
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def mode() -> Mode:
+    raw = (_get("PLATFORM_MODE") or "development").lower()
+    if raw not in ("development", "production"):
+        raise ImproperlyConfigured(f"PLATFORM_MODE must be development or production, got {raw!r}")
+    return raw  # type: ignore[return-value]
+
+
+def is_production() -> bool:
+    return mode() == "production"
+
+
+def var_dir() -> Path:
+    """Where development data lives: embedded servers, generated secrets, uploads."""
+    return Path(_get("PLATFORM_VAR_DIR") or REPO_DIR / "var")
+
+
+def debug() -> bool:
+    return _bool("DEBUG", default=not is_production())
+
+
+def allowed_hosts() -> list[str]:
+    hosts = _list("ALLOWED_HOSTS")
+    if hosts is not None:
+        return hosts
+    return ["localhost", "127.0.0.1", "[::1]", "testserver"]
+
+
+def csrf_trusted_origins() -> list[str]:
+    return _list("CSRF_TRUSTED_ORIGINS") or []
+
+
+def runtime_id() -> str:
+    return _get("PLATFORM_RUNTIME_ID") or "local"
+
+
+def log_level() -> str:
+    return (_get("LOG_LEVEL") or "INFO").upper()
+
+
+def web_bind() -> tuple[str, int]:
+    """Host and port ``make run`` serves on."""
+    port = _get("PORT") or "8000"
+    if not port.isdigit():
+        raise ImproperlyConfigured(f"PORT must be a number, got {port!r}")
+    return _get("HOST") or "127.0.0.1", int(port)
+
+
+def celery_concurrency() -> int:
+    raw = _get("CELERY_CONCURRENCY") or "8"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ImproperlyConfigured(f"CELERY_CONCURRENCY must be a positive number, got {raw!r}")
+    return int(raw)
+
+
+# Secrets -------------------------------------------------------------------
+
+
+def _dev_secrets() -> dict[str, object]:
+    """Throwaway development secrets, generated once and kept under var/."""
+    path = var_dir() / "secrets.json"
+    if path.exists():
+        loaded: dict[str, object] = json.loads(path.read_text())
+        return loaded
+    generated: dict[str, object] = {
+        "secret_key": secrets.token_urlsafe(50),
+        "encryption_keys": [base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(generated, handle)
+    return generated
+
+
+def secret_key() -> str:
+    value = _get("SECRET_KEY")
+    if value is not None:
+        return value
+    if is_production():
+        raise ImproperlyConfigured("SECRET_KEY is required in production")
+    return str(_dev_secrets()["secret_key"])
+
+
+def encryption_keys() -> list[str]:
+    """Master keys, newest first: the first encrypts, all decrypt."""
+    keys = _list("PLATFORM_ENCRYPTION_KEYS")
+    if keys is not None:
+        return keys
+    if is_production():
+        raise ImproperlyConfigured("PLATFORM_ENCRYPTION_KEYS is required in production")
+    stored = _dev_secrets()["encryption_keys"]
+    assert isinstance(stored, list)
+    return [str(key) for key in stored]
+
+
+# Services ------------------------------------------------------------------
+
+
+def services_file() -> Path:
+    return var_dir() / "services.json"
+
+
+def _embedded_url(key: str) -> str | None:
+    path = services_file()
+    if not path.exists():
+        return None
+    value = json.loads(path.read_text()).get(key)
+    return str(value) if value else None
+
+
+def _service_url(name: str, key: str) -> str:
+    value = _get(name)
+    if value is not None:
+        return value
+    if not is_production():
+        embedded = _embedded_url(key)
+        if embedded is not None:
+            return embedded
+    raise ImproperlyConfigured(
+        f"{name} is not set and no embedded server is recorded in {services_file()}; "
+        "set it, or start the embedded servers with `python -m config.devservices up`"
+    )
+
+
+def database_url() -> str:
+    return _service_url("DATABASE_URL", "database_url")
+
+
+def redis_url() -> str:
+    return _service_url("REDIS_URL", "redis_url")
+
+
+def configured_service_urls() -> dict[str, str | None]:
+    """The service URLs the operator set explicitly (embedded servers are not consulted)."""
+    return {"DATABASE_URL": _get("DATABASE_URL"), "REDIS_URL": _get("REDIS_URL")}
+
+
+def child_environment(overrides: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment plus ``overrides``, for processes we start."""
+    return {**os.environ, **overrides}
+
+
+# Production guard ----------------------------------------------------------
+
+
+def check_production() -> None:
+    """Refuse to start production without real configuration, naming every problem."""
+    if not is_production():
+        return
+    problems = [
+        f"{name} is required in production"
+        for name in (
+            "SECRET_KEY",
+            "PLATFORM_ENCRYPTION_KEYS",
+            "DATABASE_URL",
+            "REDIS_URL",
+            "ALLOWED_HOSTS",
+        )
+        if _get(name) is None
+    ]
+    if debug():
+        problems.append("DEBUG must be false in production")
+    key = _get("SECRET_KEY")
+    if key is not None and len(key) < 50:
+        problems.append("SECRET_KEY must be at least 50 characters in production")
+    if problems:
+        raise ImproperlyConfigured("Refusing to start: " + "; ".join(problems))

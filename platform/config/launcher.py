@@ -1,0 +1,163 @@
+"""``make run``: the whole platform in the foreground, on one machine.
+
+Starts (or reuses) PostgreSQL and Redis, migrates, seeds the demo tenant, then
+runs the ASGI server, a Celery worker (threads pool) and celery beat. It prints
+the URLs and the demo API key once ``/healthz`` answers. Ctrl-C (or SIGTERM)
+stops the three processes, then the embedded servers this run started.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from types import FrameType
+
+from config import devservices, env
+
+SHUTDOWN_GRACE_S = 10
+READY_TIMEOUT_S = 60
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _manage(args: Sequence[str], environment: dict[str, str], *, capture: bool = False) -> str:
+    completed = subprocess.run(
+        [sys.executable, str(env.REPO_DIR / "manage.py"), *args],
+        env=environment,
+        check=False,
+        capture_output=capture,
+        text=True,
+    )
+    if completed.returncode != 0:
+        detail = (completed.stderr or "").strip()[-2000:] if capture else ""
+        raise LaunchError(f"manage.py {' '.join(args)} failed. {detail}".strip())
+    return completed.stdout if capture else ""
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise LaunchError(
+                f"{host}:{port} is already in use; stop what holds it or set PORT=<another port>"
+            ) from error
+
+
+def _process_commands(host: str, port: int) -> dict[str, list[str]]:
+    python = sys.executable
+    var = env.var_dir()
+    return {
+        "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host,
+                "--port", str(port), "--lifespan", "off"],
+        "worker": [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
+                   "--concurrency", str(env.celery_concurrency()), "--loglevel", "INFO",
+                   "--hostname", "worker@%h"],
+        "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
+                 "--schedule", str(var / "celerybeat-schedule")],
+    }  # fmt: skip
+
+
+def _wait_ready(base_url: str, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise LaunchError(f"{name} exited with code {process.returncode} while starting")
+        try:
+            # base_url is our own http://host:port/, never caller input.
+            with urllib.request.urlopen(f"{base_url}healthz", timeout=2) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise LaunchError(f"{base_url}healthz did not answer 200 within {READY_TIMEOUT_S}s")
+
+
+def _banner(base_url: str, credentials: dict[str, str]) -> str:
+    key = credentials["api_key"]
+    return "\n".join(
+        [
+            "",
+            "Standard Agents Platform is running.",
+            f"  URL:      {base_url}",
+            f"  Admin:    {base_url}admin/  (user {credentials['admin_user']}, "
+            f"password {credentials['admin_password']})",
+            f"  API docs: {base_url}api/docs/",
+            f"  Tenant:   {credentials['tenant']}",
+            f"API key: {key}",
+            f'  Try:      curl -H "Authorization: Bearer {key}" {base_url}api/v1/me',
+            "Press Ctrl-C to stop.",
+            "",
+        ]
+    )
+
+
+def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + SHUTDOWN_GRACE_S
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    # Explicit, because a launcher started in the background inherits an ignored SIGINT.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    host, port = env.web_bind()
+    base_url = f"http://{host}:{port}/"
+    services = devservices.up()
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        environment = env.child_environment(
+            {**services.environment(), "DJANGO_SETTINGS_MODULE": "config.settings",
+             "PYTHONUNBUFFERED": "1"}
+        )  # fmt: skip
+        _manage(["migrate", "--noinput"], environment)
+        credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
+        _check_port_free(host, port)
+        for name, command in _process_commands(host, port).items():
+            # Own session: a terminal Ctrl-C reaches only us; we stop children in order.
+            processes[name] = subprocess.Popen(command, env=environment, start_new_session=True)
+        _wait_ready(base_url, processes)
+        print(_banner(base_url, credentials), flush=True)
+        while True:
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    raise LaunchError(f"{name} exited with code {process.returncode}")
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nStopping…", flush=True)
+        return 0
+    except (LaunchError, devservices.ServiceError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        _stop(processes)
+        if services.started:
+            devservices.down(services.started)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+from django.conf import settings
+from django.contrib import admin
+from django.urls import include, path, re_path
+from django.views.generic import TemplateView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from common.api import json_not_found, json_server_error
+from config.health import healthz
+
+urlpatterns = [
+    path(
+        "",
+        TemplateView.as_view(
+            template_name="home.html", extra_context={"runtime_id": settings.PLATFORM_RUNTIME_ID}
+        ),
+        name="home",
+    ),
+    re_path(r"^healthz/?$", healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/", include("tenancy.urls")),
+    # Unknown API URLs answer JSON even with DEBUG on.
+    re_path(r"^api/", json_not_found),
+]
+
+handler404 = json_not_found
+handler500 = json_server_error

@@ -1,0 +1,1 @@
+"""Tenants, memberships and API keys; tenant scoping and authentication for DRF and Channels."""

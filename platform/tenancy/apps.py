@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TenancyConfig(AppConfig):
+    name = "tenancy"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,127 @@
+"""Authentication for DRF (API keys, sessions) and for Channels (the same, on a socket).
+
+Both put a :class:`~tenancy.principals.Principal` where views and consumers look:
+``request.auth`` for DRF, ``scope["principal"]`` for Channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import AnonymousUser
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.request import Request
+
+from common.errors import AuthenticationFailed
+from tenancy.models import Role
+from tenancy.principals import Principal
+from tenancy.selectors import principal_for_user
+from tenancy.services import api_key_authenticate
+
+BEARER_SUBPROTOCOL_PREFIX = "bearer."
+TENANT_HEADER = "X-Tenant"
+
+
+def principal_for_api_key(raw_key: str) -> Principal:
+    api_key = api_key_authenticate(raw_key=raw_key)
+    return Principal(tenant=api_key.tenant, role=Role(api_key.role), api_key=api_key)
+
+
+def bearer_token(header: str) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header value."""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationFailed(
+            "Authorization header must read 'Bearer <API key>'", code="malformed_authorization"
+        )
+    return token.strip()
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    """``Authorization: Bearer sap_…``. No header: not this authenticator's business."""
+
+    def authenticate(self, request: Request) -> tuple[AnonymousUser, Principal] | None:
+        raw = request.META.get("HTTP_AUTHORIZATION")
+        if not raw:
+            return None
+        try:
+            return AnonymousUser(), principal_for_api_key(bearer_token(raw))
+        except AuthenticationFailed as error:
+            # DRF recognises only its own exception as an authentication failure.
+            raise exceptions.AuthenticationFailed(error.message, code=error.code) from error
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="api"'
+
+
+class TenantSessionAuthentication(SessionAuthentication):
+    """A logged-in user (admin, console) acting in one tenant, chosen by ``X-Tenant``."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
+        result = super().authenticate(request)
+        if result is None:
+            return None
+        user = result[0]
+        try:
+            principal = principal_for_user(
+                user=user, tenant_slug=request.headers.get(TENANT_HEADER)
+            )
+        except AuthenticationFailed as error:
+            raise exceptions.AuthenticationFailed(error.message, code=error.code) from error
+        return user, principal
+
+
+# Channels scopes carry keys of our own ("principal"), so they are plain dicts here.
+Scope = dict[str, Any]
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", [])
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+@database_sync_to_async
+def _scope_principal(scope: Scope) -> Principal | None:
+    """The principal of a socket: API key by header or subprotocol, else the session user."""
+    authorization = _header(scope, b"authorization")
+    if authorization is not None:
+        return principal_for_api_key(bearer_token(authorization))
+    for protocol in scope.get("subprotocols", []):
+        if protocol.startswith(BEARER_SUBPROTOCOL_PREFIX):
+            return principal_for_api_key(protocol[len(BEARER_SUBPROTOCOL_PREFIX) :])
+    user = scope.get("user")
+    if user is not None and user.is_authenticated:
+        return principal_for_user(user=user, tenant_slug=_header(scope, b"x-tenant"))
+    return None
+
+
+class PrincipalMiddleware:
+    """Sets ``scope["principal"]`` (a Principal, or None) and ``scope["auth_error"]``.
+
+    Consumers decide what to do with an unauthenticated socket (close 4401).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> Any:
+        scope = dict(scope)
+        try:
+            scope["principal"] = await _scope_principal(scope)
+            scope["auth_error"] = None
+        except AuthenticationFailed as error:
+            scope["principal"] = None
+            scope["auth_error"] = error.as_dict()
+        return await self.inner(scope, receive, send)
+
+
+def TenantAuthMiddlewareStack(inner: Any) -> Any:  # noqa: N802 - mirrors Channels' naming
+    """Sessions and users (Channels' stack), then API keys and tenant principals."""
+    return AuthMiddlewareStack(PrincipalMiddleware(inner))

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
+
+from django.conf import settings
+from django.db import models
+
+from common.ids import new_id
+from common.time import now
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+
+class Role(models.TextChoices):
+    """What a caller may do inside its tenant; each role includes the ones below it."""
+
+    ADMIN = "admin", "Admin"  # everything, including keys and members
+    MEMBER = "member", "Member"  # read and write tenant data
+    READ_ONLY = "read_only", "Read-only"  # read only
+
+    @property
+    def rank(self) -> int:
+        return {Role.READ_ONLY: 0, Role.MEMBER: 1, Role.ADMIN: 2}[self]
+
+    def allows(self, required: Role) -> bool:
+        return self.rank >= required.rank
+
+
+class Tenant(models.Model):
+    """An isolated customer of the platform; owns every other row."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200)
+    is_active = models.BooleanField(default=True)
+    # The tenant's data key, wrapped by a master key (see common.crypto).
+    data_key_wrapped = models.BinaryField(editable=False)
+    created_at = models.DateTimeField(default=now, editable=False)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class TenantQuerySet(models.QuerySet[_M]):
+    def for_tenant(self, tenant: Tenant) -> Self:
+        """The one door to tenant-owned rows: only ``tenant``'s."""
+        return self.filter(tenant=tenant)
+
+
+class TenantOwned(models.Model):
+    """Base of every tenant-owned model: a ``tenant`` FK and the scoped manager."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+
+    objects: ClassVar[models.Manager[Self]] = TenantQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class Membership(TenantOwned):
+    """A human user's role in a tenant (for the admin, the console and session API calls)."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=now, editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant_id} as {self.role}"
+
+
+class ApiKey(TenantOwned):
+    """A machine credential. The secret is shown once; only its SHA-256 is stored.
+
+    The full key reads ``sap_<prefix>_<secret>``; ``prefix`` is unique and finds the
+    row, ``secret_hash`` proves the secret.
+    """
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (sap_{self.prefix}_…)"
+
+    def is_expired(self, at: dt.datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= at

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from pytest_django.fixtures import Settings
+from rest_framework.test import APIClient
+
+from tenancy.models import Role, Tenant
+from tests.factories import make_api_key, make_tenant
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Settings) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def tenant(db: None) -> Tenant:
+    return make_tenant("acme")
+
+
+@pytest.fixture
+def other_tenant(db: None) -> Tenant:
+    return make_tenant("globex")
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def client_for(db: None) -> Callable[..., APIClient]:
+    """An API client authenticated with a fresh key of ``tenant`` and ``role``."""
+
+    def build(tenant: Tenant, role: Role = Role.ADMIN) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_api_key(tenant, role=role).secret}")
+        return client
+
+    return build

@@ -1,0 +1,46 @@
+"""Factories. Related rows always share one tenant; rows are made through services."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any
+
+import factory
+from django.contrib.auth.models import User
+
+from tenancy.models import ApiKey, Role, Tenant
+from tenancy.services import IssuedApiKey, api_key_create, membership_set, tenant_create
+
+_slugs = itertools.count(1)
+
+
+def make_tenant(slug: str | None = None) -> Tenant:
+    return tenant_create(slug=slug or f"tenant-{next(_slugs)}")
+
+
+def make_api_key(
+    tenant: Tenant,
+    *,
+    role: Role = Role.ADMIN,
+    name: str = "test key",
+    expires_at: dt.datetime | None = None,
+) -> IssuedApiKey:
+    return api_key_create(tenant=tenant, name=name, role=role, expires_at=expires_at)
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = User
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("pw-for-tests")
+
+
+def make_member(tenant: Tenant, *, role: Role = Role.MEMBER, **fields: Any) -> User:
+    user: User = UserFactory(**fields)
+    membership_set(tenant=tenant, user=user, role=role)
+    return user
+
+
+__all__ = ["ApiKey", "UserFactory", "make_api_key", "make_member", "make_tenant"]
