@@ -71,7 +71,7 @@ class Keyring:
         keys = []
         for position, item in enumerate(encoded, start=1):
             try:
-                key = base64.urlsafe_b64decode(item.encode())
+                key = base64.b64decode(item.encode(), altchars=b"-_", validate=True)
             except (binascii.Error, ValueError) as error:
                 raise KeyConfigError(
                     f"PLATFORM_ENCRYPTION_KEYS key #{position} is not url-safe base64"

@@ -73,6 +73,11 @@ def var_dir() -> Path:
     return Path(_get("PLATFORM_VAR_DIR") or REPO_DIR / "var")
 
 
+def static_root() -> Path:
+    """Where `manage.py collectstatic` writes and WhiteNoise serves from (DEBUG off)."""
+    return Path(_get("STATIC_ROOT") or var_dir() / "static")
+
+
 def debug() -> bool:
     return _bool("DEBUG", default=not is_production())
 
@@ -102,6 +107,14 @@ def web_bind() -> tuple[str, int]:
     if not port.isdigit():
         raise ImproperlyConfigured(f"PORT must be a number, got {port!r}")
     return _get("HOST") or "127.0.0.1", int(port)
+
+
+def db_pool_size() -> int:
+    """Most PostgreSQL connections one process holds (its pool's max_size)."""
+    raw = _get("DB_POOL_SIZE") or "20"
+    if not raw.isdigit() or int(raw) < 1:
+        raise ImproperlyConfigured(f"DB_POOL_SIZE must be a positive number, got {raw!r}")
+    return int(raw)
 
 
 def celery_concurrency() -> int:

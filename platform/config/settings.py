@@ -21,7 +21,13 @@ def _database(url: str) -> dict[str, Any]:
         raise ImproperlyConfigured(
             f"DATABASE_URL must be a postgresql:// URL, got scheme {parts.scheme!r}"
         )
-    options = dict(parse_qsl(parts.query))
+    options: dict[str, Any] = dict(parse_qsl(parts.query))
+    # A per-process pool (psycopg_pool): under ASGI, Django's persistent connections
+    # are per thread and closed after each request, so pooling is what avoids a
+    # fresh connection per request.
+    options.setdefault("pool", {"min_size": 1, "max_size": env.db_pool_size(), "timeout": 10})
+    # A silent server must not hang a connection attempt forever (libpq waits unbounded).
+    options.setdefault("connect_timeout", 5)
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "platform",
@@ -30,8 +36,7 @@ def _database(url: str) -> dict[str, Any]:
         "HOST": options.pop("host", parts.hostname or ""),
         "PORT": str(parts.port or ""),
         "OPTIONS": options,
-        "CONN_MAX_AGE": 0 if env.debug() else 60,
-        "CONN_HEALTH_CHECKS": True,
+        "CONN_MAX_AGE": 0,
         "TEST": {"NAME": f"test_{unquote(parts.path.lstrip('/')) or 'platform'}"},
     }
 
@@ -68,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -139,7 +145,19 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# collectstatic's output; only production-style (DEBUG off) serving reads it.
+STATIC_ROOT = None if DEBUG else env.static_root()
+# WhiteNoise serves static files from the ASGI server: straight from the apps in
+# DEBUG, from `manage.py collectstatic` output (compressed, hashed) otherwise.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
 MEDIA_ROOT = VAR_DIR / "media"
 
 REST_FRAMEWORK = {
