@@ -29,16 +29,16 @@ def make_api_key(
     return api_key_create(tenant=tenant, name=name, role=role, expires_at=expires_at)
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
         model = User
 
-    username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.django.Password("pw-for-tests")
+    username = factory.declarations.Sequence(lambda n: f"user{n}")  # type: ignore[no-untyped-call]
+    password = factory.django.Password("pw-for-tests")  # type: ignore[no-untyped-call]
 
 
 def make_member(tenant: Tenant, *, role: Role = Role.MEMBER, **fields: Any) -> User:
-    user: User = UserFactory(**fields)
+    user = UserFactory.create(**fields)
     membership_set(tenant=tenant, user=user, role=role)
     return user
 

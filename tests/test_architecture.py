@@ -63,7 +63,7 @@ def test_viewsets_may_not_override_get_queryset() -> None:
     with pytest.raises(TypeError, match="scope_queryset"):
 
         class Sneaky(TenantScopedViewSet):
-            def get_queryset(self):  # type: ignore[no-untyped-def]
+            def get_queryset(self):
                 return None
 
 

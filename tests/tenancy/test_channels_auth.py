@@ -22,7 +22,7 @@ from tests.factories import make_api_key, make_member
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
-class WhoAmI(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class WhoAmI(AsyncJsonWebsocketConsumer):
     """Reports the principal the middleware attached, then relays one layer message."""
 
     async def connect(self) -> None:

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
+from django.test import Client
+from pytest_django.fixtures import Settings
+
+from config.health import CHECK_TIMEOUT_S
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.django_db
+def test_healthz_is_ok_when_postgres_and_redis_answer(client: Client) -> None:
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert body["status"] == "ok"
+    assert "message" not in body
+    assert set(body["checks"]) == {"postgres", "redis"}
+    for check in body["checks"].values():
+        assert check["ok"] is True
+        assert "error" not in check
+        assert check["latency_ms"] >= 0
+
+
+@pytest.mark.django_db
+def test_healthz_answers_with_a_trailing_slash(client: Client) -> None:
+    assert client.get("/healthz/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_healthz_is_unavailable_naming_redis_when_redis_is_down(
+    client: Client, settings: Settings
+) -> None:
+    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["message"] == "unavailable: redis"
+    assert body["checks"]["postgres"]["ok"] is True
+    assert body["checks"]["redis"]["ok"] is False
+    assert body["checks"]["redis"]["error"].startswith("ConnectionError: ")
+
+
+@contextlib.contextmanager
+def _postgres_unreachable(port: int | None = None, pool_timeout: float = 1) -> Iterator[None]:
+    """Point the default connection (and its pool, if any) at ``port`` (default: a closed
+    one), then restore."""
+    db = connections[DEFAULT_DB_ALIAS]
+    assert isinstance(db, PostgresDatabaseWrapper)
+    settings_dict = db.settings_dict
+    saved_port, saved_options = settings_dict["PORT"], settings_dict["OPTIONS"]
+    db.close()
+    db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
+    settings_dict["PORT"] = str(port or _closed_port())
+    pool = saved_options.get("pool")
+    if isinstance(pool, dict):  # fail fast instead of waiting the pool's full timeout
+        settings_dict["OPTIONS"] = {
+            **saved_options,
+            "connect_timeout": 1,
+            "pool": {**pool, "timeout": pool_timeout},
+        }
+    try:
+        yield
+    finally:
+        db.close()
+        db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
+        settings_dict["PORT"] = saved_port
+        settings_dict["OPTIONS"] = saved_options
+
+
+@pytest.mark.django_db(transaction=True)
+def test_healthz_is_unavailable_naming_postgres_when_postgres_is_down(client: Client) -> None:
+    with _postgres_unreachable():
+        response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["message"] == "unavailable: postgres"
+    assert body["checks"]["postgres"]["ok"] is False
+    assert body["checks"]["postgres"]["error"].startswith("OperationalError: ")
+    assert body["checks"]["redis"]["ok"] is True
+    # The connection works again for whoever comes next.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_healthz_names_both_when_everything_is_down(client: Client, settings: Settings) -> None:
+    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+
+    with _postgres_unreachable():
+        response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json()["message"] == "unavailable: postgres, redis"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_healthz_answers_within_its_deadline_when_postgres_hangs(client: Client) -> None:
+    # A listener that never accepts: connections sit in the backlog, unanswered.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blackhole:
+        blackhole.bind(("127.0.0.1", 0))
+        blackhole.listen(64)
+        with _postgres_unreachable(port=blackhole.getsockname()[1], pool_timeout=10):
+            started = time.monotonic()
+            response = client.get("/healthz")
+            elapsed = time.monotonic() - started
+
+    assert response.status_code == 503
+    assert response.json()["checks"]["postgres"]["error"] == (
+        f"no answer within {CHECK_TIMEOUT_S:g}s"
+    )
+    assert response.json()["checks"]["redis"]["ok"] is True
+    assert elapsed < CHECK_TIMEOUT_S + 1.5
