@@ -1,0 +1,1 @@
+"""Benchmark harness: `make bench` runs every registered benchmark and records the results."""

@@ -1,0 +1,33 @@
+"""``python -m bench [NAME ...]``: run benchmarks, print a table, record the results."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from bench.harness import REGISTRY, record, render
+
+# Modules whose @benchmark functions make up the suite.
+MODULES = ["bench.api"]
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251
+    for module in MODULES:
+        importlib.import_module(module)
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {sorted(REGISTRY)}")
+    names = parser.parse_args().names or sorted(REGISTRY)
+    unknown = set(names) - set(REGISTRY)
+    if unknown:
+        parser.error(f"unknown benchmark(s) {sorted(unknown)}; known: {sorted(REGISTRY)}")
+    rows = [row for name in names for row in REGISTRY[name]()]
+    print(render(rows))
+    print(f"\nrecorded in {record(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
