@@ -37,7 +37,6 @@ def _database(url: str) -> dict[str, Any]:
         "PORT": str(parts.port or ""),
         "OPTIONS": options,
         "CONN_MAX_AGE": 0,
-        "TEST": {"NAME": f"test_{unquote(parts.path.lstrip('/')) or 'platform'}"},
     }
 
 
