@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -157,6 +158,12 @@ STORAGES = {
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
+# WhiteNoise streams files through synchronous iterators, which Django under ASGI
+# reads in a worker thread and warns about on every asset; for static files that
+# cost is expected, so the warning is noise.
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators"
+)
 MEDIA_ROOT = VAR_DIR / "media"
 
 REST_FRAMEWORK = {

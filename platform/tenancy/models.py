@@ -57,7 +57,9 @@ class TenantQuerySet(models.QuerySet[_M]):
 class TenantOwned(models.Model):
     """Base of every tenant-owned model: a ``tenant`` FK and the scoped manager."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="%(app_label)s_%(class)s_set"
+    )
 
     objects: ClassVar[models.Manager[Self]] = TenantQuerySet.as_manager()
 
