@@ -1,0 +1,1 @@
+"""LLM providers: neutral request/response types, OpenAI, Anthropic and scripted adapters."""

@@ -1,0 +1,235 @@
+"""What the two SDK-backed adapters share: keys, options, error translation, abortable calls.
+
+Abort: the official SDKs block in a socket read while they wait for the first byte or the next
+event, and a read blocked in one thread cannot be cut short portably from another. So when a
+call has an :class:`AbortSignal`, the SDK call runs in a helper thread that feeds a queue; the
+caller waits on the queue, and ``AbortSignal.set`` posts a wake-up to it, so the caller raises
+:class:`ProviderAborted` at once. The helper stops reading at its next event (or when the
+server closes or the timeout ends the read) and closes the response; nothing it produces after
+the abort is used.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Final, Literal, TypeVar
+
+from agents.providers.base import (
+    AbortSignal,
+    ContentDelta,
+    ContentDone,
+    ModelSpec,
+    ProviderAborted,
+    ProviderError,
+    ProviderRequest,
+    ReasoningDelta,
+    ReasoningDone,
+    StreamChunk,
+    is_retryable_status,
+)
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S: Final = 60.0
+_ITEM: Final = "item"
+_END: Final = "end"
+_ERROR: Final = "error"
+_ABORT: Final = "abort"
+_Kind = Literal["item", "end", "error", "abort"]
+
+
+def api_key_of(spec: ModelSpec) -> str:
+    """The spec's key; a missing key fails before any network traffic."""
+    if not spec.api_key:
+        raise ProviderError(
+            f"model '{spec.name}' ({spec.kind}) has no API key: store one on the model or name "
+            "an env variable that holds it (a local server that needs none accepts any value)",
+            retryable=False,
+            provider=spec.kind,
+            model=spec.name,
+            code="provider_no_api_key",
+        )
+    return spec.api_key
+
+
+def timeout_of(spec: ModelSpec) -> float:
+    value = spec.config.get("timeout_s", DEFAULT_TIMEOUT_S)
+    return float(value) if isinstance(value, int | float) and value > 0 else DEFAULT_TIMEOUT_S
+
+
+def provider_options(spec: ModelSpec, request: ProviderRequest) -> dict[str, Any]:
+    """Model-level options first, the request's overriding (spec DIGEST section 3)."""
+    model_level = spec.config.get("provider_options")
+    merged = dict(model_level) if isinstance(model_level, Mapping) else {}
+    merged.update(request.provider_options)
+    return merged
+
+
+def parse_arguments(raw: str, *, tool: str, spec: ModelSpec) -> dict[str, Any]:
+    """A tool call's JSON arguments as a dict; malformed JSON is a non-retryable error."""
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ProviderError(
+            f"model '{spec.name}' sent malformed JSON arguments for tool '{tool}': {error}",
+            retryable=False,
+            provider=spec.kind,
+            model=spec.name,
+            code="provider_bad_tool_arguments",
+        ) from error
+    if not isinstance(parsed, dict):
+        raise ProviderError(
+            f"model '{spec.name}' sent arguments for tool '{tool}' that are not a JSON object",
+            retryable=False,
+            provider=spec.kind,
+            model=spec.name,
+            code="provider_bad_tool_arguments",
+        )
+    return parsed
+
+
+def status_error(spec: ModelSpec, status: int, detail: str) -> ProviderError:
+    return ProviderError(
+        f"{spec.kind} model '{spec.name}' ({spec.model_id}) answered HTTP {status}: {detail}",
+        retryable=is_retryable_status(status),
+        http_status=status,
+        provider=spec.kind,
+        model=spec.name,
+    )
+
+
+def error_detail(error: Exception) -> str:
+    """The provider's own error message from an SDK error's JSON body, when it has one."""
+    body = getattr(error, "body", None)
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
+            kind = inner.get("type")
+            prefix = f"{kind}: " if isinstance(kind, str) and kind else ""
+            return f"{prefix}{inner['message']}"
+    return str(getattr(error, "message", None) or error)
+
+
+def transport_error(spec: ModelSpec, detail: str) -> ProviderError:
+    return ProviderError(
+        f"{spec.kind} model '{spec.name}' ({spec.model_id}) could not be reached: {detail}",
+        retryable=True,
+        provider=spec.kind,
+        model=spec.name,
+    )
+
+
+def aborted(spec: ModelSpec) -> ProviderAborted:
+    return ProviderAborted(
+        f"the call to model '{spec.name}' was aborted", provider=spec.kind, model=spec.name
+    )
+
+
+@contextmanager
+def translated_errors(
+    spec: ModelSpec,
+    abort: AbortSignal | None,
+    translate: Callable[[Exception], ProviderError],
+) -> Iterator[None]:
+    """Turn SDK exceptions into :class:`ProviderError` (:class:`ProviderAborted` once aborted)."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except Exception as error:
+        if abort is not None and abort.is_set:
+            raise aborted(spec) from error
+        raise translate(error) from error
+
+
+def single(items: Iterator[T]) -> T:
+    """The one item of ``items``, consuming the iterator to its end."""
+    (item,) = list(items)
+    return item
+
+
+def run_abortable(
+    produce: Callable[[], Iterator[T]], abort: AbortSignal | None, spec: ModelSpec
+) -> Iterator[T]:
+    """Iterate ``produce()``; with an abort signal, in a helper thread (see the module doc).
+
+    Raises :class:`ProviderAborted` as soon as ``abort`` is set, and re-raises whatever the
+    producer raised.
+    """
+    if abort is None:
+        yield from produce()
+        return
+    if abort.is_set:
+        raise aborted(spec)
+    inbox: queue.SimpleQueue[tuple[_Kind, Any]] = queue.SimpleQueue()
+    stopped = threading.Event()
+
+    def work() -> None:
+        try:
+            iterator = produce()
+            try:
+                for item in iterator:
+                    if stopped.is_set():
+                        break
+                    inbox.put((_ITEM, item))
+            finally:
+                close = getattr(iterator, "close", None)
+                if callable(close):
+                    close()
+        except BaseException as error:  # handed to the waiting caller, who re-raises it
+            inbox.put((_ERROR, error))
+        else:
+            inbox.put((_END, None))
+
+    unregister = abort.add_callback(lambda: inbox.put((_ABORT, None)))
+    helper = threading.Thread(target=work, name=f"provider-{spec.kind}-{spec.name}", daemon=True)
+    helper.start()
+    try:
+        while True:
+            kind, value = inbox.get()
+            if kind == _ITEM:
+                yield value
+            elif kind == _END:
+                return
+            elif kind == _ERROR and not abort.is_set:
+                raise value
+            else:
+                raise aborted(spec)
+    finally:
+        stopped.set()
+        unregister()
+
+
+class DeltaRuns:
+    """Closes a run of content or reasoning deltas with its Done chunk when the output changes."""
+
+    def __init__(self) -> None:
+        self._open: Literal["content", "reasoning"] | None = None
+
+    def content(self, delta: str) -> list[StreamChunk]:
+        return [*self._switch("content"), ContentDelta(delta)] if delta else []
+
+    def reasoning(self, delta: str) -> list[StreamChunk]:
+        return [*self._switch("reasoning"), ReasoningDelta(delta)] if delta else []
+
+    def close(self) -> list[StreamChunk]:
+        closing: list[StreamChunk] = []
+        if self._open == "content":
+            closing.append(ContentDone())
+        elif self._open == "reasoning":
+            closing.append(ReasoningDone())
+        self._open = None
+        return closing
+
+    def _switch(self, kind: Literal["content", "reasoning"]) -> list[StreamChunk]:
+        if self._open == kind:
+            return []
+        closing = self.close()
+        self._open = kind
+        return closing
