@@ -9,7 +9,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -62,6 +64,12 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         if exc.status == status.HTTP_401_UNAUTHORIZED:
             headers["WWW-Authenticate"] = 'Bearer realm="api"'
         return Response({"error": exc.as_dict()}, status=exc.status, headers=headers)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            error_body("limit_exceeded", f"request body exceeds {limit} bytes"),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

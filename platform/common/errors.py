@@ -7,7 +7,7 @@ Each class carries a stable ``code`` and the HTTP status the API answers with;
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class DomainError(Exception):
@@ -16,17 +16,28 @@ class DomainError(Exception):
     code: ClassVar[str] = "error"
     status: ClassVar[int] = 400
 
-    def __init__(self, message: str, *, field: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        code: str | None = None,
+        details: Any = None,
+    ):
         super().__init__(message)
         self.message = message
         self.field = field
+        self.details = details
         if code is not None:
             self.code = code  # type: ignore[misc]
 
-    def as_dict(self) -> dict[str, str]:
-        body = {"code": self.code, "message": self.message}
+    def as_dict(self) -> dict[str, Any]:
+        """The API's ``error`` object; ``details`` (JSON-ready) only when there are some."""
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
+        if self.details is not None:
+            body["details"] = self.details
         return body
 
 

@@ -165,6 +165,21 @@ def encryption_keys() -> list[str]:
     return [str(key) for key in stored]
 
 
+def agent_platform_env() -> dict[str, str]:
+    """The platform level of agent env lookups (after thread, tool, agent, prompt, tenant).
+
+    Only the variables named in ``AGENT_PLATFORM_ENV`` are passed on (default: the
+    usual provider keys and base URLs), never the whole process environment.
+    """
+    names = _list("AGENT_PLATFORM_ENV") or [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+    ]
+    return {name: value for name in names if (value := _get(name)) is not None}
+
+
 # Services ------------------------------------------------------------------
 
 

@@ -96,6 +96,7 @@ def _banner(base_url: str, credentials: dict[str, str]) -> str:
             f"password {credentials['admin_password']})",
             f"  API docs: {base_url}api/docs/",
             f"  Tenant:   {credentials['tenant']}",
+            f"  {credentials['agents']}",
             f"API key: {key}",
             f'  Try:      curl -H "Authorization: Bearer {key}" {base_url}api/v1/me',
             "Press Ctrl-C to stop.",
@@ -136,6 +137,7 @@ def main() -> int:
         )  # fmt: skip
         _manage(["migrate", "--noinput"], environment)
         credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
+        credentials["agents"] = _manage(["seed_demo_agents"], environment, capture=True).strip()
         _check_port_free(host, port)
         for name, command in _process_commands(host, port).items():
             # Own session: a terminal Ctrl-C reaches only us; we stop children in order.

@@ -53,6 +53,13 @@ CSRF_TRUSTED_ORIGINS = env.csrf_trusted_origins()
 
 # Master keys for envelope encryption (common.crypto); newest first.
 PLATFORM_ENCRYPTION_KEYS = env.encryption_keys()
+# Registry items (function tools, hooks, effects, thread endpoints from agent_tools
+# modules) only some tenants may use; everything not listed is open to every tenant.
+# {"tools": {"send_invoice": ["acme"]}, "hooks": {...}, "effects": {...}, "endpoints": {...}}
+AGENT_REGISTRY_RESTRICTED: dict[str, dict[str, list[str]]] = {}
+# The platform level of agent env lookups (e.g. OPENAI_API_KEY for models that name
+# it in api_key_env). "SECRETS" in the name makes Django's error pages redact it.
+AGENT_PLATFORM_ENV_SECRETS = env.agent_platform_env()
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -70,6 +77,9 @@ INSTALLED_APPS = [
     "threads",
     "sandbox",
 ]
+if not env.is_production():
+    # The demo tenant's function tools (agents/demo/agent_tools.py).
+    INSTALLED_APPS.append("agents.demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -179,7 +189,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # ?format= is ours to use (bundle export); every API answer is JSON anyway.
+    "URL_FORMAT_OVERRIDE": None,
 }
+# Request bodies Django reads into memory; bundles are capped at 5 MiB on top of this.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Standard Agents Platform API",
@@ -190,6 +204,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1 speaks JSON Schema 2020-12, which the pydantic definition documents use.
+    "OAS_VERSION": "3.1.0",
 }
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class TenancyConfig(AppConfig):
     name = "tenancy"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from tenancy import schema  # noqa: F401 - registers the OpenAPI auth extensions

@@ -333,3 +333,18 @@ def test_request_without_credentials_is_a_401_with_a_bearer_challenge(
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == BEARER_CHALLENGE
     assert response.json()["error"]["code"] == "unauthenticated"
+
+
+@pytest.mark.django_db
+def test_body_over_djangos_memory_limit_is_413_naming_it(tenant, client_for, settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+
+    response = client_for(tenant).post(
+        "/api/v1/bundles", b"#" * 2000, content_type="application/yaml"
+    )
+
+    assert response.status_code == 413
+    assert response.json()["error"] == {
+        "code": "limit_exceeded",
+        "message": "request body exceeds 1000 bytes",
+    }

@@ -29,6 +29,11 @@ ENV_VARS = (
     "PLATFORM_ENCRYPTION_KEYS",
     "DATABASE_URL",
     "REDIS_URL",
+    "AGENT_PLATFORM_ENV",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
 )
 
 PRODUCTION_KEY = "k" * 50
@@ -403,3 +408,23 @@ def test_child_environment_adds_overrides(monkeypatch: pytest.MonkeyPatch) -> No
 
     assert child["PLATFORM_RUNTIME_ID"] == "runtime-7"
     assert child["DATABASE_URL"] == "postgresql://x@h/db"
+
+
+# Agent platform env ----------------------------------------------------------------
+
+
+def test_agent_platform_env_passes_only_the_provider_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-1")
+    monkeypatch.setenv("UNRELATED_SECRET", "nope")
+
+    assert env.agent_platform_env() == {"OPENAI_API_KEY": "sk-1"}
+
+
+def test_agent_platform_env_follows_its_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_PLATFORM_ENV", "COMPANY, OPENAI_API_KEY")
+    monkeypatch.setenv("COMPANY", "Acme")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "not listed")
+
+    assert env.agent_platform_env() == {"COMPANY": "Acme"}

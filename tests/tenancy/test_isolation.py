@@ -13,7 +13,9 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
+from agents.bundles import bundle_export
 from tenancy.models import ApiKey, Role, Tenant
+from tests.agents.samples import seed_rich
 from tests.factories import make_api_key
 
 pytestmark = pytest.mark.django_db
@@ -25,11 +27,35 @@ def _owned_api_key(tenant: Tenant) -> str:
     return str(make_api_key(tenant, name="victim", role=Role.MEMBER).api_key.id)
 
 
+def _owned_definition(name: str) -> Callable[[Tenant], dict[str, str]]:
+    def build(tenant: Tenant) -> dict[str, str]:
+        seed_rich(tenant)
+        return {"name": name}
+
+    return build
+
+
 # Route name -> builds an object of the given tenant and returns the URL kwargs.
 OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "api-key-detail": lambda tenant: {"pk": _owned_api_key(tenant)},
     "api-key-revoke": lambda tenant: {"pk": _owned_api_key(tenant)},
+    "model-detail": _owned_definition("fast"),
+    "prompt-detail": _owned_definition("assistant"),
+    "agent-detail": _owned_definition("helper"),
+    "code-tool-detail": _owned_definition("tally_words"),
 }
+
+
+# Routes with parameters that do not address a tenant's object, and where their
+# tenant isolation is tested instead.
+NOT_TENANT_OBJECTS = {
+    "registry-listing": "tests/agents/test_registry_api.py (restricted items per tenant)",
+}
+
+
+def _tenant_state(tenant: Tenant) -> object:
+    """Everything the matrix checks stays untouched: keys and definitions."""
+    return list(ApiKey.objects.for_tenant(tenant).values()), bundle_export(tenant=tenant)
 
 
 def _api_patterns(
@@ -46,7 +72,8 @@ def _api_patterns(
 def test_every_object_route_is_covered() -> None:
     names = {pattern.name for _, pattern in _api_patterns(get_resolver().url_patterns)}
 
-    assert names <= set(OBJECT_ROUTES), f"add to OBJECT_ROUTES: {names - set(OBJECT_ROUTES)}"
+    known = set(OBJECT_ROUTES) | set(NOT_TENANT_OBJECTS)
+    assert names <= known, f"add to OBJECT_ROUTES: {names - known}"
     assert names, "no object routes found; the walker is broken"
 
 
@@ -59,7 +86,7 @@ def test_other_tenants_admin_gets_404_on_every_method(
 ) -> None:
     intruder = client_for(other_tenant, Role.ADMIN)
     url = reverse(route_name, kwargs=OBJECT_ROUTES[route_name](tenant))
-    before = list(ApiKey.objects.for_tenant(tenant).values())
+    before = _tenant_state(tenant)
 
     statuses = {method: getattr(intruder, method)(url, {}, format="json") for method in METHODS}
 
@@ -68,7 +95,7 @@ def test_other_tenants_admin_gets_404_on_every_method(
     assert set(answered.values()) == {404}, answered
     for response in statuses.values():
         assert response.json()["error"]["code"] in {"not_found", "method_not_allowed"}
-    assert list(ApiKey.objects.for_tenant(tenant).values()) == before
+    assert _tenant_state(tenant) == before
     # Control: the URL is right, since its own tenant's admin gets an answer.
     owner = client_for(tenant, Role.ADMIN)
     owner_statuses = [getattr(owner, m)(url, {}, format="json").status_code for m in answered]

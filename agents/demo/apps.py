@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DemoConfig(AppConfig):
+    name = "agents.demo"
+    label = "agents_demo"
+    verbose_name = "Demo agents"

@@ -1,0 +1,133 @@
+"""The demo bundle: an ai_human assistant with two function tools and a subprompt, and a
+dual_ai writer/reviewer pair.
+
+With ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY`` in the platform
+env the agents use a real model; otherwise the scripted model, which answers by fixed
+rules and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SCRIPTED_NOTE = (
+    "This is the scripted demo model: it answers by fixed rules, not with a language model. "
+    "Ask it for the time, to count the words of a sentence, or to summarize something. "
+    "Set OPENAI_API_KEY (or OPENAI_BASE_URL) or ANTHROPIC_API_KEY and run `make run` again "
+    "to use a real model."
+)
+
+SCRIPTED_RULES: list[dict[str, Any]] = [
+    {"when": {"last_tool": "current_time"},
+     "respond": {"text": "It is {last_tool_result}. (scripted demo model)"}},
+    {"when": {"last_tool": "count_words"},
+     "respond": {"text": "That is {last_tool_result} words. (scripted demo model)"}},
+    {"when": {"last_tool": "summarize"},
+     "respond": {"text": "Here is the summary: {last_tool_result}"}},
+    {"when": {"system_contains": "You summarize"},
+     "respond": {"text": "In short: {last_user_message} (scripted summary)"}},
+    {"when": {"system_contains": "You write short drafts"},
+     "respond": {"text": "Draft: The sea keeps every promise it never made. (scripted writer)"}},
+    {"when": {"system_contains": "You review drafts"},
+     "respond": {"text": "Review: vivid; keep it that short. (scripted reviewer)"}},
+    {"when": {"last_role": "user", "last_user_contains": "time"},
+     "respond": {"tool_calls": [{"name": "current_time", "arguments": {"timezone": "UTC"}}]}},
+    {"when": {"last_role": "user", "last_user_contains": "count"},
+     "respond": {"tool_calls": [{"name": "count_words",
+                                 "arguments": {"text": "{last_user_message}"}}]}},
+    {"when": {"last_role": "user", "last_user_contains": "summar"},
+     "respond": {"tool_calls": [{"name": "summarize",
+                                 "arguments": {"text": "{last_user_message}"}}]}},
+    {"when": {}, "respond": {"text": SCRIPTED_NOTE}},
+]  # fmt: skip
+
+
+def demo_model(platform_env: Mapping[str, str]) -> dict[str, Any]:
+    """A real model when the platform env has provider settings, else the scripted one."""
+    if platform_env.get("OPENAI_API_KEY") or platform_env.get("OPENAI_BASE_URL"):
+        model: dict[str, Any] = {
+            "name": "demo_model", "provider": "openai", "model_id": "gpt-4o-mini",
+            "api_key_env": "OPENAI_API_KEY", "input_price": "0.15", "output_price": "0.6",
+        }  # fmt: skip
+        if platform_env.get("OPENAI_BASE_URL"):
+            model["base_url"] = platform_env["OPENAI_BASE_URL"]
+        return model
+    if platform_env.get("ANTHROPIC_API_KEY"):
+        return {
+            "name": "demo_model", "provider": "anthropic", "model_id": "claude-3-5-haiku-latest",
+            "api_key_env": "ANTHROPIC_API_KEY", "input_price": "0.8", "output_price": "4",
+        }  # fmt: skip
+    return {
+        "name": "demo_model", "provider": "scripted", "model_id": "scripted-demo",
+        "config": {"rules": SCRIPTED_RULES},
+    }  # fmt: skip
+
+
+def demo_bundle(platform_env: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "models": [demo_model(platform_env)],
+        "prompts": [
+            {
+                "name": "assistant",
+                "tool_description": "A friendly assistant that can tell the time, count words "
+                "and summarize",
+                "prompt": "You are a friendly assistant. Use your tools when they help: "
+                "current_time for the time, count_words to count words, summarize to "
+                "summarize a text. Keep answers short.",
+                "model": "demo_model",
+                "include_chat": True,
+                "include_past_tools": True,
+                "tools": [
+                    "current_time",
+                    "count_words",
+                    {"name": "summarize", "init_user_message_property": "text"},
+                ],
+            },
+            {
+                "name": "summarize",
+                "tool_description": "Summarize a text in one sentence",
+                "prompt": "You summarize the user's text in one sentence.",
+                "model": "demo_model",
+                "required_schema": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string", "description": "The text"}},
+                    "required": ["text"],
+                },
+            },
+            {
+                "name": "writer",
+                "tool_description": "Writes short drafts",
+                "prompt": "You write short drafts and improve them after each review.",
+                "model": "demo_model",
+                "include_chat": True,
+            },
+            {
+                "name": "reviewer",
+                "tool_description": "Reviews drafts",
+                "prompt": "You review drafts: one concrete suggestion each time.",
+                "model": "demo_model",
+                "include_chat": True,
+            },
+        ],
+        "agents": [
+            {
+                "name": "assistant",
+                "type": "ai_human",
+                "side_a": {"prompt": "assistant", "label": "Assistant"},
+                "description": "Chat with an assistant that has two tools and a subprompt.",
+            },
+            {
+                "name": "writing_pair",
+                "type": "dual_ai",
+                "side_a": {"prompt": "writer", "label": "Writer"},
+                "side_b": {"prompt": "reviewer", "label": "Reviewer"},
+                "max_session_turns": 2,
+                "expose_as_tool": True,
+                "tool_description": "A writer and a reviewer iterate on a short draft",
+                "description": "Two AI sides: a writer drafts, a reviewer critiques.",
+            },
+        ],
+        "code_tools": [],
+    }

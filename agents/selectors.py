@@ -1,0 +1,130 @@
+"""Reads of definitions for the engine and the API: loads by name and name lists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+
+from django.conf import settings
+
+from agents.documents import AgentDoc, CodeToolDoc, ModelDoc, PromptDoc
+from agents.models import Agent, CodeTool, Definition, Model, Prompt
+from agents.providers.base import ModelCapabilities, ModelPrices, ModelSpec
+from agents.services import model_key_context, row_document
+from common.errors import NotFound
+from tenancy.encryption import secret_decrypt
+from tenancy.models import Tenant
+
+EnvLookup = Callable[[str], str | None]
+
+
+def platform_env(name: str) -> str | None:
+    """The platform level of env lookups (settings.AGENT_PLATFORM_ENV_SECRETS)."""
+    value: str | None = settings.AGENT_PLATFORM_ENV_SECRETS.get(name)
+    return value
+
+
+def _row(model: type[Definition], *, tenant: Tenant, name: str) -> Definition:
+    row = model.objects.for_tenant(tenant).filter(name=name).first()
+    if row is None:
+        raise NotFound(f"no {model.KIND.replace('_', ' ')} named {name!r}")
+    return row
+
+
+def _names(model: type[Definition], tenant: Tenant) -> list[str]:
+    return list(model.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
+
+
+def model_names(*, tenant: Tenant) -> list[str]:
+    return _names(Model, tenant)
+
+
+def prompt_names(*, tenant: Tenant) -> list[str]:
+    return _names(Prompt, tenant)
+
+
+def agent_names(*, tenant: Tenant) -> list[str]:
+    return _names(Agent, tenant)
+
+
+def code_tool_names(*, tenant: Tenant) -> list[str]:
+    return _names(CodeTool, tenant)
+
+
+def prompt_load(*, tenant: Tenant, name: str) -> PromptDoc:
+    doc = row_document(_row(Prompt, tenant=tenant, name=name))
+    assert isinstance(doc, PromptDoc)
+    return doc
+
+
+def agent_load(*, tenant: Tenant, name: str) -> AgentDoc:
+    doc = row_document(_row(Agent, tenant=tenant, name=name))
+    assert isinstance(doc, AgentDoc)
+    return doc
+
+
+def code_tool_load(*, tenant: Tenant, name: str) -> CodeToolDoc:
+    doc = row_document(_row(CodeTool, tenant=tenant, name=name))
+    assert isinstance(doc, CodeToolDoc)
+    return doc
+
+
+def model_load(*, tenant: Tenant, name: str, env: EnvLookup = platform_env) -> ModelSpec:
+    """A ready-to-call model: API key resolved, fallbacks resolved (one level, in order).
+
+    The key is the stored one (decrypted) or, failing that, ``env(api_key_env)``;
+    a thread passes its own env lookup so thread/agent/prompt values win.
+    """
+    row = _row(Model, tenant=tenant, name=name)
+    assert isinstance(row, Model)
+    fallbacks = Model.objects.for_tenant(tenant).filter(name__in=row.fallbacks)
+    by_name = {fallback.name: fallback for fallback in fallbacks}
+    return _spec(
+        row,
+        env=env,
+        fallbacks=tuple(
+            _spec(by_name[fallback_name], env=env, fallbacks=())
+            for fallback_name in row.fallbacks
+            if fallback_name in by_name
+        ),
+    )
+
+
+def _price(value: Decimal | None) -> Decimal | None:
+    return None if value is None else value.normalize()
+
+
+def _spec(row: Model, *, env: EnvLookup, fallbacks: tuple[ModelSpec, ...]) -> ModelSpec:
+    doc = row_document(row)
+    assert isinstance(doc, ModelDoc)
+    api_key: str | None = None
+    if row.api_key_encrypted is not None:
+        api_key = secret_decrypt(
+            tenant=row.tenant,
+            ciphertext=bytes(row.api_key_encrypted),
+            context=model_key_context(row),
+        ).decode()
+    elif doc.api_key_env:
+        api_key = env(doc.api_key_env)
+    capabilities = doc.capabilities
+    return ModelSpec(
+        name=doc.name,
+        kind=doc.provider,
+        model_id=doc.model_id,
+        base_url=doc.base_url,
+        api_key=api_key,
+        config=doc.config,
+        capabilities=ModelCapabilities(
+            max_context_tokens=capabilities.max_context_tokens,
+            max_output_tokens=capabilities.max_output_tokens,
+            vision=capabilities.vision,
+            tool_calls=capabilities.tool_calls,
+            streaming=capabilities.streaming,
+        ),
+        prices=ModelPrices(
+            input_per_million=_price(doc.input_price),
+            output_per_million=_price(doc.output_price),
+            cached_per_million=_price(doc.cached_price),
+        ),
+        fallbacks=fallbacks,
+    )

@@ -1,0 +1,312 @@
+"""Rules that span definitions: references, cycles, and what each tools[] entry may say.
+
+Prompts, agents, code tools and registry tools may share a name (an agent and its
+prompt often do); a ``tools[]`` entry naming more than one of them is an error.
+
+:func:`validate_definitions` checks a whole :class:`DefinitionSet` (a tenant's
+definitions with a change applied) and returns every :class:`Problem`, each
+naming its definition and field. Errors refuse the change; warnings are
+reported alongside a successful one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from agents.documents import (
+    INIT_KEYS,
+    SUBAGENT_KEYS,
+    SUBPROMPT_KEYS,
+    TOOL_CONFIG_KEYS,
+    AgentDoc,
+    CodeToolDoc,
+    IncludePart,
+    ModelDoc,
+    PromptDoc,
+    SideConfig,
+    ToolConfig,
+    binding_name,
+    tool_ref_name,
+)
+
+Kind = Literal["models", "prompts", "agents", "code_tools"]
+KINDS: tuple[Kind, ...] = ("models", "prompts", "agents", "code_tools")
+SINGULAR: dict[str, str] = {
+    "models": "model",
+    "prompts": "prompt",
+    "agents": "agent",
+    "code_tools": "code tool",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: Kind
+    name: str
+    field: str
+    message: str
+    severity: Literal["error", "warning"] = "error"
+
+    def describe(self) -> str:
+        where = f"{SINGULAR[self.kind]} {self.name!r}"
+        return (
+            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        )
+
+
+class RegistryLookup(Protocol):
+    """What validation needs from the Python registry, as seen by one tenant."""
+
+    def has_tool(self, name: str) -> bool: ...
+
+    def has_hook(self, hook_id: str) -> bool: ...
+
+
+SchemaChecker = Callable[[object], Sequence[tuple[str, str]]]
+
+
+@dataclass
+class DefinitionSet:
+    """A tenant's definitions by kind and name; ``keyed_models`` have a stored API key."""
+
+    models: dict[str, ModelDoc] = field(default_factory=dict)
+    prompts: dict[str, PromptDoc] = field(default_factory=dict)
+    agents: dict[str, AgentDoc] = field(default_factory=dict)
+    code_tools: dict[str, CodeToolDoc] = field(default_factory=dict)
+    keyed_models: set[str] = field(default_factory=set)
+
+    def of(self, kind: Kind) -> Mapping[str, Any]:
+        mapping: Mapping[str, Any] = getattr(self, kind)
+        return mapping
+
+
+@dataclass(frozen=True)
+class Checkers:
+    """Schema checks supplied by the registry and provider modules."""
+
+    json_schema: SchemaChecker
+    scripted_config: SchemaChecker
+
+
+def validate_definitions(
+    definitions: DefinitionSet, *, registry: RegistryLookup, checkers: Checkers
+) -> list[Problem]:
+    context = _Context(definitions, registry, checkers)
+    problems = [
+        *(p for doc in definitions.models.values() for p in context.model(doc)),
+        *(p for doc in definitions.prompts.values() for p in context.prompt(doc)),
+        *(p for doc in definitions.agents.values() for p in context.agent(doc)),
+        *(p for doc in definitions.code_tools.values() for p in context.code_tool(doc)),
+        *context.include_cycles(),
+    ]
+    return sorted(set(problems), key=lambda p: (p.severity, p.kind, p.name, p.field, p.message))
+
+
+@dataclass
+class _Context:
+    defs: DefinitionSet
+    registry: RegistryLookup
+    checkers: Checkers
+
+    def model(self, doc: ModelDoc) -> Iterator[Problem]:
+        seen: set[str] = set()
+        for index, fallback in enumerate(doc.fallbacks):
+            path = f"fallbacks[{index}]"
+            if fallback == doc.name:
+                yield Problem("models", doc.name, path, "a model cannot fall back to itself")
+            elif fallback not in self.defs.models:
+                yield Problem("models", doc.name, path, f"unknown model {fallback!r}")
+            elif fallback in seen:
+                yield Problem("models", doc.name, path, f"{fallback!r} is listed twice")
+            seen.add(fallback)
+        if doc.provider == "scripted":
+            for path, message in self.checkers.scripted_config(doc.config):
+                yield Problem("models", doc.name, _join("config", path), message)
+        elif not doc.api_key_env and doc.name not in self.defs.keyed_models:
+            yield Problem(
+                "models", doc.name, "api_key",
+                "no API key: set api_key (stored encrypted) or api_key_env", "warning",
+            )  # fmt: skip
+
+    def prompt(self, doc: PromptDoc) -> Iterator[Problem]:
+        name = doc.name
+        if doc.model not in self.defs.models:
+            yield Problem("prompts", name, "model", f"unknown model {doc.model!r}")
+        for index, part in enumerate(doc.prompt):
+            if isinstance(part, IncludePart) and part.prompt not in self.defs.prompts:
+                yield Problem(
+                    "prompts", name, f"prompt[{index}].prompt", f"unknown prompt {part.prompt!r}"
+                )
+        if doc.required_schema is not None:
+            for path, message in self.checkers.json_schema(doc.required_schema):
+                yield Problem("prompts", name, _join("required_schema", path), message)
+        if doc.tool_choice == "required" and not doc.tools:
+            yield Problem("prompts", name, "tool_choice", "'required' needs at least one tool")
+        seen: set[str] = set()
+        for index, ref in enumerate(doc.tools):
+            target = tool_ref_name(ref)
+            path = f"tools[{index}]" if isinstance(ref, str) else f"tools[{index}].name"
+            if target in seen:
+                yield Problem("prompts", name, path, f"{target!r} is listed twice")
+            seen.add(target)
+            yield from self._tool_entry(doc, index, path, ref)
+        yield from self._hooks("prompts", name, doc.hooks)
+
+    def _tool_entry(
+        self, doc: PromptDoc, index: int, path: str, ref: str | ToolConfig
+    ) -> Iterator[Problem]:
+        target = tool_ref_name(ref)
+        if target.startswith(("provider:", "mcp:")):
+            yield Problem(
+                "prompts", doc.name, path,
+                f"{target!r}: provider-executed and MCP tools are not supported",
+            )  # fmt: skip
+            return
+        if target == doc.name:
+            yield Problem("prompts", doc.name, path, "a prompt cannot list itself as a tool")
+            return
+        owners = [
+            what
+            for what, present in (
+                ("a prompt", target in self.defs.prompts),
+                ("an agent", target in self.defs.agents),
+                ("a code tool", target in self.defs.code_tools),
+                ("a registry tool", self.registry.has_tool(target)),
+            )
+            if present
+        ]
+        if len(owners) > 1:
+            yield Problem(
+                "prompts", doc.name, path,
+                f"{target!r} is ambiguous: it names {' and '.join(owners)}; rename one",
+            )  # fmt: skip
+            return
+        allowed: frozenset[str]
+        if target in self.defs.prompts:
+            what, allowed = "a prompt (subprompt)", SUBPROMPT_KEYS | INIT_KEYS
+        elif target in self.defs.agents:
+            agent = self.defs.agents[target]
+            if not agent.expose_as_tool:
+                yield Problem(
+                    "prompts", doc.name, path, f"agent {target!r} is not exposed as a tool"
+                )
+            if agent.type == "dual_ai":
+                what, allowed = "a dual_ai agent (subagent)", SUBAGENT_KEYS | INIT_KEYS
+            else:
+                what, allowed = "an ai_human agent (handoff)", INIT_KEYS
+        elif target in self.defs.code_tools or self.registry.has_tool(target):
+            what, allowed = "a tool", TOOL_CONFIG_KEYS
+        else:
+            yield Problem(
+                "prompts", doc.name, path,
+                f"unknown tool {target!r} (not a code tool, prompt, agent or registry tool)",
+            )  # fmt: skip
+            return
+        if isinstance(ref, ToolConfig):
+            for key in sorted(ref.keys_set() - allowed):
+                yield Problem(
+                    "prompts", doc.name, f"tools[{index}].{key}",
+                    f"{key} does not apply: {target!r} is {what}",
+                )  # fmt: skip
+
+    def agent(self, doc: AgentDoc) -> Iterator[Problem]:
+        name = doc.name
+        yield from self._side(doc, "side_a", doc.side_a)
+        if doc.type == "dual_ai":
+            if doc.side_b is None:
+                yield Problem("agents", name, "side_b", "a dual_ai agent needs side_b")
+            else:
+                yield from self._side(doc, "side_b", doc.side_b)
+            if doc.max_session_turns is None:
+                yield Problem(
+                    "agents", name, "max_session_turns",
+                    "not set: a dual_ai session then runs until a stop tool or the step cap",
+                    "warning",
+                )  # fmt: skip
+        elif doc.side_b is not None:
+            yield Problem(
+                "agents", name, "side_b", "ignored: side B of an ai_human agent is the human",
+                "warning",
+            )  # fmt: skip
+        if doc.expose_as_tool and not doc.tool_description.strip():
+            yield Problem(
+                "agents", name, "tool_description", "required when expose_as_tool is true"
+            )
+        yield from self._hooks("agents", name, doc.hooks)
+
+    def _side(self, agent: AgentDoc, key: str, side: SideConfig) -> Iterator[Problem]:
+        prompt = self.defs.prompts.get(side.prompt)
+        if prompt is None:
+            yield Problem("agents", agent.name, f"{key}.prompt", f"unknown prompt {side.prompt!r}")
+            return
+        if not prompt.include_chat:
+            yield Problem(
+                "agents", agent.name, f"{key}.prompt",
+                f"prompt {side.prompt!r} has include_chat false: this side will not see the "
+                "conversation",
+                "warning",
+            )  # fmt: skip
+        tools = {tool_ref_name(ref) for ref in prompt.tools}
+        bindings = {
+            "stop_tool": side.stop_tool,
+            "session_stop": binding_name(side.session_stop),
+            "session_fail": binding_name(side.session_fail),
+            "session_status": binding_name(side.session_status),
+        }
+        for binding, tool in bindings.items():
+            if tool is not None and tool not in tools:
+                yield Problem(
+                    "agents", agent.name, f"{key}.{binding}",
+                    f"{tool!r} is not among the tools of prompt {side.prompt!r}",
+                )  # fmt: skip
+
+    def code_tool(self, doc: CodeToolDoc) -> Iterator[Problem]:
+        if doc.args_schema is not None:
+            for path, message in self.checkers.json_schema(doc.args_schema):
+                yield Problem("code_tools", doc.name, _join("args_schema", path), message)
+
+    def _hooks(self, kind: Kind, name: str, hooks: Sequence[str]) -> Iterator[Problem]:
+        for index, hook_id in enumerate(hooks):
+            if not self.registry.has_hook(hook_id):
+                yield Problem(kind, name, f"hooks[{index}]", f"unknown hook {hook_id!r}")
+
+    def include_cycles(self) -> Iterator[Problem]:
+        """Each include cycle once, reported at its alphabetically first prompt."""
+        graph = {
+            name: [p.prompt for p in doc.prompt if isinstance(p, IncludePart)]
+            for name, doc in self.defs.prompts.items()
+        }
+        reported: set[frozenset[str]] = set()
+        for start in sorted(graph):
+            for cycle in _cycles_from(start, graph):
+                members = frozenset(cycle)
+                if members in reported or min(members) != start:
+                    continue
+                reported.add(members)
+                index = next(
+                    i for i, part in enumerate(self.defs.prompts[start].prompt)
+                    if isinstance(part, IncludePart) and part.prompt == cycle[1]
+                )  # fmt: skip
+                yield Problem(
+                    "prompts", start, f"prompt[{index}].prompt",
+                    "include cycle: " + " -> ".join(cycle),
+                )  # fmt: skip
+
+
+def _cycles_from(start: str, graph: Mapping[str, list[str]]) -> Iterator[list[str]]:
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, []):
+            if nxt == start:
+                yield [*path, start]
+            elif nxt not in path:
+                stack.append((nxt, [*path, nxt]))
+
+
+def _join(prefix: str, path: str) -> str:
+    if not path or path == "$":
+        return prefix
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"

@@ -1,0 +1,126 @@
+"""The demo bundle seeded by `make run`: valid, idempotent, scripted unless a key is set."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from pytest_django.fixtures import Settings
+
+from agents.documents import TextPart
+from agents.models import Model
+from agents.providers.base import LLMMessage, ProviderRequest, ProviderResponse
+from agents.providers.registry import provider_for
+from agents.selectors import agent_names, model_load, prompt_load, prompt_names
+from tenancy.models import Tenant
+from tests.factories import make_tenant
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def demo() -> Tenant:
+    return make_tenant("demo")
+
+
+def _seed(settings: Settings, platform_env: dict[str, str]) -> str:
+    settings.AGENT_PLATFORM_ENV_SECRETS = platform_env
+    out = StringIO()
+    call_command("seed_demo_agents", stdout=out)
+    return out.getvalue()
+
+
+def test_without_provider_keys_the_demo_uses_the_labelled_scripted_model(
+    demo: Tenant, settings: Settings
+) -> None:
+    output = _seed(settings, {})
+
+    assert "model: scripted (no provider key configured)" in output
+    assert agent_names(tenant=demo) == ["assistant", "writing_pair"]
+    assert prompt_names(tenant=demo) == ["assistant", "reviewer", "summarize", "writer"]
+    assert model_load(tenant=demo, name="demo_model").kind == "scripted"
+
+
+def test_with_an_openai_key_the_demo_uses_openai(demo: Tenant, settings: Settings) -> None:
+    output = _seed(settings, {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://llm:1/v1"})
+
+    spec = model_load(tenant=demo, name="demo_model", env={"OPENAI_API_KEY": "sk-test"}.get)
+    assert "model: openai gpt-4o-mini" in output
+    assert (spec.kind, spec.base_url, spec.api_key) == ("openai", "http://llm:1/v1", "sk-test")
+
+
+def test_with_an_anthropic_key_the_demo_uses_anthropic(demo: Tenant, settings: Settings) -> None:
+    _seed(settings, {"ANTHROPIC_API_KEY": "sk-ant"})
+
+    assert Model.objects.for_tenant(demo).get(name="demo_model").provider == "anthropic"
+
+
+def test_seeding_twice_changes_nothing_the_second_time(demo: Tenant, settings: Settings) -> None:
+    _seed(settings, {})
+
+    assert _seed(settings, {}).endswith("0 changed\n")
+
+
+def test_a_key_added_later_switches_the_demo_to_the_real_model(
+    demo: Tenant, settings: Settings
+) -> None:
+    _seed(settings, {})
+
+    _seed(settings, {"OPENAI_API_KEY": "sk-later"})
+
+    assert Model.objects.for_tenant(demo).get(name="demo_model").provider == "openai"
+
+
+def test_seed_demo_agents_refuses_production(demo: Tenant, settings: Settings) -> None:
+    settings.PLATFORM_MODE = "production"
+
+    with pytest.raises(CommandError, match="not in production"):
+        call_command("seed_demo_agents")
+
+
+def _ask(demo: Tenant, *messages: LLMMessage) -> ProviderResponse:
+    spec = model_load(tenant=demo, name="demo_model")
+    system = prompt_load(tenant=demo, name="assistant").prompt[0]
+    assert isinstance(system, TextPart)
+    request = ProviderRequest(messages=(LLMMessage.system(system.content), *messages))
+    return provider_for(spec).generate(request)
+
+
+def test_the_scripted_assistant_calls_current_time_then_reports_it(
+    demo: Tenant, settings: Settings
+) -> None:
+    _seed(settings, {})
+    question = LLMMessage.user("What time is it?")
+
+    first = _ask(demo, question)
+    call = first.tool_calls[0]
+    second = _ask(
+        demo,
+        question,
+        LLMMessage.assistant(None, [call]),
+        LLMMessage.tool(tool_call_id=call.id, name=call.name, content="Sunday 12:00 UTC"),
+    )
+
+    assert (call.name, call.arguments) == ("current_time", {"timezone": "UTC"})
+    assert first.finish_reason == "tool_calls"
+    assert second.content == "It is Sunday 12:00 UTC. (scripted demo model)"
+    assert first.provider == "scripted"
+
+
+def test_the_scripted_assistant_counts_the_users_words(demo: Tenant, settings: Settings) -> None:
+    _seed(settings, {})
+
+    response = _ask(demo, LLMMessage.user("count these four words"))
+
+    assert response.tool_calls[0].name == "count_words"
+    assert response.tool_calls[0].arguments == {"text": "count these four words"}
+
+
+def test_the_scripted_assistant_says_it_is_scripted(demo: Tenant, settings: Settings) -> None:
+    _seed(settings, {})
+
+    response = _ask(demo, LLMMessage.user("hello there"))
+
+    assert response.content.startswith("This is the scripted demo model")
