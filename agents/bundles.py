@@ -219,5 +219,5 @@ def bundle_export(*, tenant: Tenant) -> dict[str, Any]:
     document: dict[str, Any] = {"version": BUNDLE_VERSION}
     for kind in KINDS:
         rows = DEFINITION_MODELS[kind].objects.for_tenant(tenant).order_by("name")
-        document[kind] = [document_json(row_document(row)) for row in rows]
+        document[kind] = [document_json(row_document(row), omit_none=True) for row in rows]
     return document

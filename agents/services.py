@@ -98,9 +98,10 @@ def row_document(row: Definition) -> Strict:
     return document.model_validate(data)
 
 
-def document_json(doc: Strict) -> dict[str, Any]:
-    """A document as JSON, as REST and export show it: tool configs keep only set keys."""
-    data = doc.model_dump(mode="json")
+def document_json(doc: Strict, *, omit_none: bool = False) -> dict[str, Any]:
+    """A document as JSON: tool configs keep only set keys; ``omit_none`` drops unset
+    optional fields (free-form values such as JSON Schemas keep their nulls)."""
+    data = doc.model_dump(mode="json", exclude_none=omit_none)
     tools = getattr(doc, "tools", None)
     if tools is not None:
         data["tools"] = [

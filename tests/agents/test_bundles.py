@@ -253,3 +253,18 @@ def test_import_command_prints_every_error_and_fails(tenant: Tenant, tmp_path: P
 
     assert "prompts[0].model: unknown model 'ghost'" in err.getvalue()
     assert "prompts[1].model: unknown model 'ghost'" in err.getvalue()
+
+
+def test_export_omits_unset_fields_but_keeps_nulls_inside_schemas(tenant: Tenant) -> None:
+    bundle = rich_bundle()
+    bundle["code_tools"][0]["args_schema"]["properties"]["text"]["default"] = None
+    bundle_import(tenant=tenant, document=bundle)
+
+    exported = bundle_export(tenant=tenant)
+
+    fast = exported["models"][0]
+    assert "base_url" not in fast
+    assert "input_price" not in fast
+    assert exported["code_tools"][0]["name"] == "concede"
+    tally = next(t for t in exported["code_tools"] if t["name"] == "tally_words")
+    assert tally["args_schema"]["properties"]["text"] == {"type": "string", "default": None}
