@@ -14,9 +14,13 @@ from __future__ import annotations
 import json
 import queue
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Final, Literal, TypeVar
+from types import ModuleType
+from typing import Any, ClassVar, Final, Literal, TypeVar
+
+import httpx2
 
 from agents.providers.base import (
     AbortSignal,
@@ -26,6 +30,7 @@ from agents.providers.base import (
     ProviderAborted,
     ProviderError,
     ProviderRequest,
+    ProviderResponse,
     ReasoningDelta,
     ReasoningDone,
     StreamChunk,
@@ -233,3 +238,90 @@ class DeltaRuns:
         closing = self.close()
         self._open = kind
         return closing
+
+
+def translate_sdk_error(spec: ModelSpec, error: Exception, sdk: ModuleType) -> ProviderError:
+    """An exception of the ``openai`` or ``anthropic`` SDK (they share the class names) as a
+    :class:`ProviderError`. Order matters: timeouts are connection errors, and both are
+    ``APIError`` subclasses, as are status errors."""
+    if isinstance(error, sdk.APIStatusError) and error.status_code >= 400:
+        return status_error(spec, error.status_code, error_detail(error))
+    if isinstance(error, sdk.APITimeoutError):
+        return transport_error(spec, "timed out")
+    if isinstance(error, sdk.APIConnectionError | httpx2.TransportError):
+        cause = error.__cause__ or error
+        return transport_error(spec, f"{type(cause).__name__}: {cause}")
+    if isinstance(error, sdk.APIError):
+        # An error event inside a stream (e.g. Anthropic's overloaded_error on a 200).
+        return transport_error(spec, f"error while streaming: {error_detail(error)}")
+    return ProviderError(
+        f"{spec.kind} model '{spec.name}' failed: {type(error).__name__}: {error}",
+        retryable=False,
+        provider=spec.kind,
+        model=spec.name,
+    )
+
+
+class SDKProvider(ABC):
+    """The call skeleton of an SDK-backed provider; subclasses shape requests and answers.
+
+    ``generate`` and ``stream`` run the SDK call abortably (see the module doc) and translate
+    its errors; a subclass supplies the client, the request parameters, the two SDK calls and
+    the conversion of their results.
+    """
+
+    sdk: ClassVar[ModuleType]
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+
+    def generate(
+        self, request: ProviderRequest, *, abort: AbortSignal | None = None
+    ) -> ProviderResponse:
+        params = self._params(request)
+        client = self._client()
+
+        def produce() -> Iterator[ProviderResponse]:
+            with translated_errors(self.spec, abort, self._translate):
+                yield self._response(self._create(client, params))
+
+        return single(run_abortable(produce, abort, self.spec))
+
+    def stream(
+        self, request: ProviderRequest, *, abort: AbortSignal | None = None
+    ) -> Iterator[StreamChunk]:
+        params = self._params(request)
+        client = self._client()
+
+        def produce() -> Iterator[StreamChunk]:
+            with translated_errors(self.spec, abort, self._translate):
+                events = self._open_stream(client, params)
+                try:
+                    yield from self._chunks(events)
+                finally:
+                    events.close()
+
+        return run_abortable(produce, abort, self.spec)
+
+    def _translate(self, error: Exception) -> ProviderError:
+        return translate_sdk_error(self.spec, error, self.sdk)
+
+    @abstractmethod
+    def _client(self) -> Any: ...
+
+    @abstractmethod
+    def _params(self, request: ProviderRequest) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _create(self, client: Any, params: dict[str, Any]) -> Any:
+        """The non-streaming SDK call."""
+
+    @abstractmethod
+    def _open_stream(self, client: Any, params: dict[str, Any]) -> Any:
+        """The streaming SDK call; the result is iterated, then closed."""
+
+    @abstractmethod
+    def _chunks(self, events: Any) -> Iterator[StreamChunk]: ...
+
+    @abstractmethod
+    def _response(self, result: Any) -> ProviderResponse: ...

@@ -18,27 +18,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from types import ModuleType
+from typing import Any, ClassVar, Final
 
 import anthropic
-import httpx2
 from anthropic.types import Message, RawMessageStreamEvent
 
 from agents.providers._sdk import (
     DeltaRuns,
+    SDKProvider,
     api_key_of,
-    error_detail,
     parse_arguments,
     provider_options,
-    run_abortable,
-    single,
-    status_error,
     timeout_of,
-    translated_errors,
-    transport_error,
 )
 from agents.providers.base import (
-    AbortSignal,
     Finish,
     FinishReason,
     ImagePart,
@@ -79,40 +73,19 @@ def _client(base_url: str, api_key: str, timeout_s: float) -> anthropic.Anthropi
     return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
 
 
-class AnthropicProvider:
+class AnthropicProvider(SDKProvider):
     """The :class:`~agents.providers.base.Provider` for ``kind == "anthropic"``."""
 
-    def __init__(self, spec: ModelSpec) -> None:
-        self.spec = spec
+    sdk: ClassVar[ModuleType] = anthropic
 
-    def generate(
-        self, request: ProviderRequest, *, abort: AbortSignal | None = None
-    ) -> ProviderResponse:
-        params = self._params(request)
-        client = self._client()
+    def _create(self, client: Any, params: dict[str, Any]) -> Any:
+        return client.messages.create(**params)
 
-        def produce() -> Iterator[ProviderResponse]:
-            with translated_errors(self.spec, abort, self._translate):
-                message = client.messages.create(**params)
-                yield self._response(message)
+    def _open_stream(self, client: Any, params: dict[str, Any]) -> Any:
+        return client.messages.create(**params, stream=True)
 
-        return single(run_abortable(produce, abort, self.spec))
-
-    def stream(
-        self, request: ProviderRequest, *, abort: AbortSignal | None = None
-    ) -> Iterator[StreamChunk]:
-        params = self._params(request)
-        client = self._client()
-
-        def produce() -> Iterator[StreamChunk]:
-            with translated_errors(self.spec, abort, self._translate):
-                events = client.messages.create(**params, stream=True)
-                try:
-                    yield from _StreamAssembler(self.spec).run(events)
-                finally:
-                    events.close()
-
-        return run_abortable(produce, abort, self.spec)
+    def _chunks(self, events: Any) -> Iterator[StreamChunk]:
+        return _StreamAssembler(self.spec).run(events)
 
     # Request -----------------------------------------------------------------------------------
 
@@ -187,24 +160,6 @@ class AnthropicProvider:
             ),
             model_id=message.model or self.spec.model_id,
             provider=PROVIDER,
-        )
-
-    def _translate(self, error: Exception) -> ProviderError:
-        if isinstance(error, anthropic.APIStatusError) and error.status_code >= 400:
-            return status_error(self.spec, error.status_code, error_detail(error))
-        if isinstance(error, anthropic.APIStatusError | anthropic.APIError):
-            # An ``error`` event inside a 200 stream, e.g. ``overloaded_error``.
-            return transport_error(self.spec, f"error while streaming: {error_detail(error)}")
-        if isinstance(error, anthropic.APITimeoutError):
-            return transport_error(self.spec, "timed out")
-        if isinstance(error, anthropic.APIConnectionError | httpx2.TransportError):
-            cause = error.__cause__ or error
-            return transport_error(self.spec, f"{type(cause).__name__}: {cause}")
-        return ProviderError(
-            f"anthropic model '{self.spec.name}' failed: {type(error).__name__}: {error}",
-            retryable=False,
-            provider=PROVIDER,
-            model=self.spec.name,
         )
 
 

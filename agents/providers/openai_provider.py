@@ -14,9 +14,9 @@ import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from types import ModuleType
+from typing import Any, ClassVar, Final
 
-import httpx2
 import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -24,21 +24,15 @@ from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 
 from agents.providers._sdk import (
     DeltaRuns,
+    SDKProvider,
     api_key_of,
-    error_detail,
     parse_arguments,
     provider_options,
-    run_abortable,
-    single,
-    status_error,
     timeout_of,
-    translated_errors,
-    transport_error,
 )
 from agents.providers.base import (
     NO_USAGE,
     TOOL_CHOICE_MODES,
-    AbortSignal,
     Finish,
     FinishReason,
     ImagePart,
@@ -73,42 +67,21 @@ def _client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
 
 
-class OpenAIProvider:
+class OpenAIProvider(SDKProvider):
     """The :class:`~agents.providers.base.Provider` for ``kind == "openai"``."""
 
-    def __init__(self, spec: ModelSpec) -> None:
-        self.spec = spec
+    sdk: ClassVar[ModuleType] = openai
 
-    def generate(
-        self, request: ProviderRequest, *, abort: AbortSignal | None = None
-    ) -> ProviderResponse:
-        params = self._params(request)
-        client = self._client()
+    def _create(self, client: Any, params: dict[str, Any]) -> Any:
+        return client.chat.completions.create(**params)
 
-        def produce() -> Iterator[ProviderResponse]:
-            with translated_errors(self.spec, abort, self._translate):
-                completion = client.chat.completions.create(**params)
-                yield self._response(completion)
+    def _open_stream(self, client: Any, params: dict[str, Any]) -> Any:
+        return client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
+        )
 
-        return single(run_abortable(produce, abort, self.spec))
-
-    def stream(
-        self, request: ProviderRequest, *, abort: AbortSignal | None = None
-    ) -> Iterator[StreamChunk]:
-        params = self._params(request)
-        client = self._client()
-
-        def produce() -> Iterator[StreamChunk]:
-            with translated_errors(self.spec, abort, self._translate):
-                events = client.chat.completions.create(
-                    **params, stream=True, stream_options={"include_usage": True}
-                )
-                try:
-                    yield from _StreamAssembler(self.spec).run(events)
-                finally:
-                    events.close()
-
-        return run_abortable(produce, abort, self.spec)
+    def _chunks(self, events: Any) -> Iterator[StreamChunk]:
+        return _StreamAssembler(self.spec).run(events)
 
     # Request -----------------------------------------------------------------------------------
 
@@ -177,24 +150,6 @@ class OpenAIProvider:
             usage=_usage(completion.usage),
             model_id=completion.model or self.spec.model_id,
             provider=PROVIDER,
-        )
-
-    def _translate(self, error: Exception) -> ProviderError:
-        if isinstance(error, openai.APIStatusError):
-            return status_error(self.spec, error.status_code, error_detail(error))
-        if isinstance(error, openai.APITimeoutError):
-            return transport_error(self.spec, "timed out")
-        if isinstance(error, openai.APIConnectionError | httpx2.TransportError):
-            cause = error.__cause__ or error
-            return transport_error(self.spec, f"{type(cause).__name__}: {cause}")
-        if isinstance(error, openai.APIError):
-            # An error event inside a stream: the provider failed while answering.
-            return transport_error(self.spec, f"error while streaming: {error_detail(error)}")
-        return ProviderError(
-            f"openai model '{self.spec.name}' failed: {type(error).__name__}: {error}",
-            retryable=False,
-            provider=PROVIDER,
-            model=self.spec.name,
         )
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
+import httpx2
+import openai
 import pytest
 
 from agents.providers.anthropic_provider import AnthropicProvider
@@ -25,6 +28,7 @@ from agents.providers.base import (
     Usage,
     accumulate,
 )
+from agents.providers.openai_provider import OpenAIProvider
 from tests.fakes.llm_servers import ErrorReply, FakeAnthropicServer, Reply, ToolCallReply
 
 HELLO = ProviderRequest(messages=(LLMMessage.user("hello"),))
@@ -380,3 +384,16 @@ def test_http_errors_carry_status_and_retryability(
     assert failure.value.http_status == status
     assert failure.value.retryable is retryable
     assert "overloaded_error: try later" in failure.value.message
+
+
+@pytest.mark.parametrize("sdk_name", ["openai", "anthropic"])
+def test_a_timeout_is_reported_as_a_retryable_timeout(sdk_name: str) -> None:
+    sdk = {"openai": openai, "anthropic": anthropic}[sdk_name]
+    provider_class = {"openai": OpenAIProvider, "anthropic": AnthropicProvider}[sdk_name]
+    spec = ModelSpec(name="m", kind=sdk_name, model_id="x", api_key="k")  # type: ignore[arg-type]
+    error = sdk.APITimeoutError(request=httpx2.Request("POST", "http://x"))
+
+    translated = provider_class(spec)._translate(error)
+
+    assert translated.message == f"{sdk_name} model 'm' (x) could not be reached: timed out"
+    assert translated.retryable is True
