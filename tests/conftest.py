@@ -7,12 +7,19 @@ from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
 from tenancy.models import Role, Tenant
-from tests.factories import make_api_key, make_tenant
+from tests.factories import make_api_key, make_tenant, make_thread
+from threads.models import Thread
 
 
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings: Settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_media(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Stored files go to a fresh directory per test, never to the project's var/."""
+    settings.MEDIA_ROOT = str(tmp_path_factory.mktemp("media"))
 
 
 @pytest.fixture
@@ -40,3 +47,13 @@ def client_for(db: None) -> Callable[..., APIClient]:
         return client
 
     return build
+
+
+@pytest.fixture
+def thread(tenant: Tenant) -> Thread:
+    return make_thread(tenant)
+
+
+@pytest.fixture
+def other_thread(other_tenant: Tenant) -> Thread:
+    return make_thread(other_tenant)

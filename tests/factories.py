@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 
 from tenancy.models import ApiKey, Role, Tenant
 from tenancy.services import IssuedApiKey, api_key_create, membership_set, tenant_create
+from threads.models import Thread
 
 _slugs = itertools.count(1)
 
@@ -43,4 +44,11 @@ def make_member(tenant: Tenant, *, role: Role = Role.MEMBER, **fields: Any) -> U
     return user
 
 
-__all__ = ["ApiKey", "UserFactory", "make_api_key", "make_member", "make_tenant"]
+__all__ = ["ApiKey", "UserFactory", "make_api_key", "make_member", "make_tenant", "make_thread"]
+
+
+def make_thread(tenant: Tenant, *, agent_name: str = "helper", **fields: Any) -> Thread:
+    """A bare thread row (no definitions needed) for storage-level tests."""
+    return Thread.objects.create(
+        tenant=tenant, agent_name=agent_name, origin_agent_name=agent_name, **fields
+    )

@@ -78,6 +78,11 @@ def static_root() -> Path:
     return Path(_get("STATIC_ROOT") or var_dir() / "static")
 
 
+def media_root() -> Path:
+    """Where thread files are stored (Django's default file storage)."""
+    return Path(_get("MEDIA_ROOT") or var_dir() / "media")
+
+
 def debug() -> bool:
     return _bool("DEBUG", default=not is_production())
 

@@ -174,7 +174,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 warnings.filterwarnings(
     "ignore", message="StreamingHttpResponse must consume synchronous iterators"
 )
-MEDIA_ROOT = VAR_DIR / "media"
+MEDIA_ROOT = env.media_root()
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -206,6 +206,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # 3.1 speaks JSON Schema 2020-12, which the pydantic definition documents use.
     "OAS_VERSION": "3.1.0",
+    "ENUM_NAME_OVERRIDES": {
+        "TenantRoleEnum": "tenancy.models.Role.choices",
+        "MessageRoleEnum": "threads.models.MessageRole.choices",
+    },
 }
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("tenancy.urls")),
     path("api/v1/", include("agents.urls")),
+    path("api/v1/", include("threads.urls")),
     # Unknown API URLs answer JSON even with DEBUG on.
     re_path(r"^api/", json_not_found),
 ]

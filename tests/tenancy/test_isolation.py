@@ -14,9 +14,16 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
 from agents.bundles import bundle_export
+from agents.registry import thread_endpoint, use_registry
 from tenancy.models import ApiKey, Role, Tenant
 from tests.agents.samples import seed_rich
-from tests.factories import make_api_key
+from tests.factories import make_api_key, make_thread
+from threads.models import Log, Message, Thread, ThreadEnv, ThreadFile, ThreadValue
+from threads.services.env import thread_env_set
+from threads.services.files import file_write
+from threads.services.logs import log_create
+from threads.services.messages import message_inject
+from threads.services.values import value_set
 
 pytestmark = pytest.mark.django_db
 
@@ -35,8 +42,58 @@ def _owned_definition(name: str) -> Callable[[Tenant], dict[str, str]]:
     return build
 
 
+def _owned_thread(tenant: Tenant) -> dict[str, str]:
+    return {"thread_id": str(make_thread(tenant).id)}
+
+
+def _owned_message(tenant: Tenant) -> dict[str, str]:
+    thread = make_thread(tenant)
+    message = message_inject(thread=thread, role="user", content="private")
+    return {"thread_id": str(thread.id), "message_id": str(message.id)}
+
+
+def _owned_log(tenant: Tenant) -> dict[str, str]:
+    thread = make_thread(tenant)
+    log = log_create(thread=thread, kind="llm", data={"secret": "private"})
+    return {"thread_id": str(thread.id), "log_id": str(log.id)}
+
+
+def _owned_value(tenant: Tenant) -> dict[str, str]:
+    thread = make_thread(tenant)
+    value_set(thread=thread, key="plan", value={"private": True})
+    return {"thread_id": str(thread.id), "key": "plan"}
+
+
+def _owned_env(tenant: Tenant) -> dict[str, str]:
+    thread = make_thread(tenant)
+    thread_env_set(thread=thread, name="TOKEN", value="private")
+    return {"thread_id": str(thread.id), "name": "TOKEN"}
+
+
+def _owned_file(tenant: Tenant) -> dict[str, str]:
+    thread = make_thread(tenant)
+    file_write(thread=thread, path="/notes/plan.txt", data=b"private", mime_type="text/plain")
+    return {"thread_id": str(thread.id), "file_path": "notes/plan.txt"}
+
+
 # Route name -> builds an object of the given tenant and returns the URL kwargs.
 OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
+    "thread-detail": lambda tenant: {"pk": str(make_thread(tenant).id)},
+    "thread-messages": _owned_thread,
+    "thread-message-inject": _owned_thread,
+    "thread-message-detail": _owned_message,
+    "thread-logs": _owned_thread,
+    "thread-log-detail": _owned_log,
+    "thread-endpoint": lambda tenant: {**_owned_thread(tenant), "route": "ping"},
+    "thread-kv": _owned_thread,
+    "thread-kv-detail": _owned_value,
+    "thread-env": _owned_thread,
+    "thread-env-detail": _owned_env,
+    "thread-fs-root": _owned_thread,
+    "thread-fs-root-slash": _owned_thread,
+    "thread-fs": _owned_file,
+    "thread-fs-search": _owned_thread,
+    "thread-fs-stats": _owned_thread,
     "api-key-detail": lambda tenant: {"pk": _owned_api_key(tenant)},
     "api-key-revoke": lambda tenant: {"pk": _owned_api_key(tenant)},
     "model-detail": _owned_definition("fast"),
@@ -50,12 +107,35 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
 # tenant isolation is tested instead.
 NOT_TENANT_OBJECTS = {
     "registry-listing": "tests/agents/test_registry_api.py (restricted items per tenant)",
+    "tenant-env-detail": "names a variable of the caller's own tenant (no foreign id in the "
+    "URL); tests/threads/test_env_api.py",
 }
 
 
 def _tenant_state(tenant: Tenant) -> object:
-    """Everything the matrix checks stays untouched: keys and definitions."""
-    return list(ApiKey.objects.for_tenant(tenant).values()), bundle_export(tenant=tenant)
+    """Everything the matrix checks stays untouched: keys, definitions, threads and rows."""
+    return (
+        list(ApiKey.objects.for_tenant(tenant).values()),
+        bundle_export(tenant=tenant),
+        list(Thread.objects.for_tenant(tenant).values()),
+        list(Message.objects.for_tenant(tenant).values()),
+        list(Log.objects.for_tenant(tenant).values()),
+        list(ThreadValue.objects.for_tenant(tenant).values()),
+        list(ThreadEnv.objects.for_tenant(tenant).values()),
+        list(ThreadFile.objects.for_tenant(tenant).values()),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _a_thread_endpoint() -> Iterator[None]:
+    """thread-endpoint needs a registered endpoint for the owner's control request."""
+    with use_registry():
+
+        @thread_endpoint("ping", methods=["GET"])
+        def ping(request: object, state: object, params: object) -> dict[str, bool]:
+            return {"pong": True}
+
+        yield
 
 
 def _api_patterns(
@@ -96,10 +176,10 @@ def test_other_tenants_admin_gets_404_on_every_method(
     for response in statuses.values():
         assert response.json()["error"]["code"] in {"not_found", "method_not_allowed"}
     assert _tenant_state(tenant) == before
-    # Control: the URL is right, since its own tenant's admin gets an answer.
+    # Control: the URL is right, since its own tenant's admin does not get 404 from it.
     owner = client_for(tenant, Role.ADMIN)
     owner_statuses = [getattr(owner, m)(url, {}, format="json").status_code for m in answered]
-    assert any(200 <= code < 300 for code in owner_statuses), owner_statuses
+    assert any(code != 404 for code in owner_statuses), owner_statuses
 
 
 def test_other_tenants_objects_never_appear_in_lists(

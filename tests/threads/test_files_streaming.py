@@ -1,0 +1,142 @@
+"""A 200 MiB file goes up and comes back through a real uvicorn server (ASGI), PostgreSQL and
+Django's storage without the server holding it in memory (peak RSS stays far below it)."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from config.env import REPO_DIR, child_environment
+from tenancy.models import Role, Tenant
+from tests.factories import make_api_key
+from tests.threads.conftest import make_thread
+from threads.models import ThreadFile
+from threads.services.files import file_delete_all
+
+SIZE = 200 * 1024 * 1024
+CHUNK = 1024 * 1024
+MAX_PEAK_RSS = 150 * 1024 * 1024  # the whole server process, interpreter and Django included
+
+
+def _database_url() -> str:
+    """The URL of the database this test runs against (the test database)."""
+    db = connection.settings_dict
+    host = db["HOST"] or db["OPTIONS"].get("host", "")
+    unix_socket = host.startswith("/")
+    netloc = f"{quote(db['USER'])}:{quote(db['PASSWORD'])}@"
+    netloc += "" if unix_socket else f"{host}:{db['PORT']}"
+    url = f"postgresql://{netloc}/{quote(db['NAME'])}"
+    return f"{url}?host={quote(host)}" if unix_socket else url
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _server() -> Iterator[tuple[int, int]]:
+    """``(port, pid)`` of a uvicorn serving the project against the test database."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
+        cwd=REPO_DIR,
+        env=child_environment(
+            {"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": _database_url(),
+             "MEDIA_ROOT": str(settings.MEDIA_ROOT)}
+        ),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("uvicorn did not start") from None
+                time.sleep(0.1)
+        yield port, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _memory(pid: int, field: str) -> int:
+    """``VmHWM`` (peak) or ``VmRSS`` of process ``pid``, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def _content() -> Iterator[bytes]:
+    """SIZE bytes in CHUNK pieces, each distinct (its index leads it)."""
+    block = hashlib.sha256(b"seed").digest() * (CHUNK // 32)
+    for index in range(SIZE // CHUNK):
+        yield index.to_bytes(8, "big") + block[8:]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_200_mib_upload_streams_to_storage_and_back_without_being_held_in_memory(
+    tenant: Tenant,
+) -> None:
+    thread = make_thread(tenant)
+    auth = {"Authorization": f"Bearer {make_api_key(tenant, role=Role.MEMBER).secret}"}
+    url = f"/api/v1/threads/{thread.id}/fs/uploads/big.bin"
+    sent = hashlib.sha256()
+    try:
+        with _server() as (port, pid):
+            connection_ = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            connection_.request("GET", f"/api/v1/threads/{thread.id}/fs-stats", headers=auth)
+            warm = connection_.getresponse()
+            assert (warm.status, json.loads(warm.read())["file_count"]) == (200, 0)
+            baseline = _memory(pid, "VmRSS")
+
+            connection_.putrequest("PUT", url)
+            for name, value in {**auth, "Content-Type": "application/octet-stream",
+                                "Content-Length": str(SIZE)}.items():  # fmt: skip
+                connection_.putheader(name, value)
+            connection_.endheaders()
+            for chunk in _content():
+                sent.update(chunk)
+                connection_.send(chunk)
+            uploaded = connection_.getresponse()
+            record = json.loads(uploaded.read())
+
+            connection_.request("GET", url, headers=auth)
+            download = connection_.getresponse()
+            received, length = hashlib.sha256(), 0
+            while chunk := download.read(CHUNK):
+                received.update(chunk)
+                length += len(chunk)
+            peak = _memory(pid, "VmHWM")
+            connection_.close()
+        print(f"uvicorn RSS after warm-up {baseline / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB")
+
+        assert (uploaded.status, record["size"], record["path"]) == (201, SIZE, "/uploads/big.bin")
+        assert (download.status, download.getheader("Content-Length")) == (200, str(SIZE))
+        assert (length, received.hexdigest()) == (SIZE, sent.hexdigest())
+        row = ThreadFile.objects.get(thread=thread, path="/uploads/big.bin")
+        stored = Path(settings.MEDIA_ROOT) / row.storage_key
+        assert stored.stat().st_size == SIZE
+        assert peak < MAX_PEAK_RSS
+        assert peak - baseline < SIZE // 4
+    finally:
+        file_delete_all(thread=thread)

@@ -1,0 +1,254 @@
+"""Threads, messages and logs over REST; thread endpoints from the registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents.registry import Registry, thread_endpoint, use_registry
+from tenancy.models import Role, Tenant
+from tests.agents.samples import seed_rich
+from tests.factories import make_thread
+from threads.models import Message, Thread
+from threads.services.logs import log_create
+from threads.services.messages import message_inject
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
+    seed_rich(tenant)
+    return client_for(tenant, Role.MEMBER)
+
+
+def test_create_then_read_a_thread(member: APIClient) -> None:
+    created = member.post(
+        "/api/v1/threads",
+        {"agent": "helper", "user_id": "u1", "tags": ["vip", "vip", "eu"], "metadata": {"k": 1}},
+        format="json",
+    )
+    detail = member.get(f"/api/v1/threads/{created.json()['id']}")
+
+    assert created.status_code == 201
+    body = detail.json()
+    assert (body["agent"], body["origin_agent"], body["user_id"]) == ("helper", "helper", "u1")
+    assert body["tags"] == ["vip", "eu"]
+    assert body["metadata"] == {"k": 1}
+    assert body["status"] == "idle"
+    assert body["counts"] == {"messages": 0, "logs": 0, "files": 0, "children": 0}
+    assert isinstance(body["created_at"], int)
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({}, "agent"),
+        ({"agent": "ghost"}, "agent"),
+        ({"agent": "helper", "tags": "vip"}, "tags"),
+        ({"agent": "helper", "metadata": [1]}, "metadata"),
+    ],
+)
+def test_bad_thread_input_is_400_naming_the_field(
+    member: APIClient, payload: dict[str, Any], field: str
+) -> None:
+    response = member.post("/api/v1/threads", payload, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == field
+
+
+def test_list_filters_and_paginates(tenant: Tenant, member: APIClient) -> None:
+    make_thread(tenant, agent_name="helper", user_id="a", tags=["x"])
+    make_thread(tenant, agent_name="debate", user_id="b", tags=["y"])
+    make_thread(tenant, agent_name="helper", user_id="b", status="running")
+
+    def ids(query: str) -> int:
+        return int(member.get(f"/api/v1/threads?{query}").json()["count"])
+
+    assert ids("") == 3
+    assert ids("agent=helper") == 2
+    assert ids("user_id=b") == 2
+    assert ids("tag=x") == 1
+    assert ids("status=running") == 1
+    assert ids("created_after=2000-01-01T00:00:00Z") == 3
+    assert ids("created_before=2000-01-01T00:00:00Z") == 0
+    assert len(member.get("/api/v1/threads?limit=2").json()["results"]) == 2
+    assert member.get("/api/v1/threads?status=nap").json()["error"]["field"] == "status"
+
+
+def test_update_tags_and_metadata(thread: Thread, member: APIClient) -> None:
+    response = member.patch(
+        f"/api/v1/threads/{thread.id}", {"tags": ["a"], "metadata": {"m": 2}}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert (response.json()["tags"], response.json()["metadata"]) == (["a"], {"m": 2})
+
+
+def test_delete_removes_the_thread_and_its_children(
+    tenant: Tenant, thread: Thread, member: APIClient
+) -> None:
+    child = make_thread(tenant, parent=thread)
+    make_thread(tenant, parent=child)
+    message_inject(thread=child, role="user", content="bye")
+
+    response = member.delete(f"/api/v1/threads/{thread.id}")
+
+    assert response.status_code == 200
+    assert response.json() == {"deleted_threads": 3}
+    assert not Thread.objects.filter(tenant=tenant).exists()
+    assert not Message.objects.filter(tenant=tenant).exists()
+
+
+def test_messages_list_get_patch_inject_delete(thread: Thread, member: APIClient) -> None:
+    base = f"/api/v1/threads/{thread.id}/messages"
+    for index in range(4):
+        message_inject(thread=thread, role="user", content=f"m{index}")
+    message_inject(thread=thread, role="system", content="quiet", silent=True)
+
+    newest_two = member.get(f"{base}?limit=2").json()
+    with_silent = member.get(f"{base}?include_silent=true").json()
+    injected = member.post(
+        f"{base}/inject", {"role": "assistant", "content": "note"}, format="json"
+    )
+    message_id = injected.json()["id"]
+    patched = member.patch(f"{base}/{message_id}", {"metadata": {"x": 1}}, format="json")
+    fetched = member.get(f"{base}/{message_id}")
+    deleted = member.delete(f"{base}/{message_id}")
+
+    assert [m["content"] for m in newest_two["messages"]] == ["m2", "m3"]
+    assert (newest_two["total"], newest_two["has_more"]) == (4, True)
+    assert with_silent["total"] == 5
+    assert injected.status_code == 201
+    assert patched.json()["metadata"] == {"x": 1}
+    assert fetched.json()["content"] == "note"
+    assert deleted.status_code == 204
+    assert member.get(f"{base}/{message_id}").status_code == 404
+
+
+def test_inject_refuses_bad_roles(thread: Thread, member: APIClient) -> None:
+    response = member.post(
+        f"/api/v1/threads/{thread.id}/messages/inject", {"role": "bot", "content": "x"},
+        format="json",
+    )  # fmt: skip
+
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "role"
+
+
+def test_logs(thread: Thread, member: APIClient) -> None:
+    logs = [log_create(thread=thread, kind="llm", data={"n": n}) for n in range(3)]
+
+    listed = member.get(f"/api/v1/threads/{thread.id}/logs?limit=2").json()
+    one = member.get(f"/api/v1/threads/{thread.id}/logs/{logs[0].id}")
+
+    assert [log["data"]["n"] for log in listed["logs"]] == [2, 1]
+    assert (listed["total"], listed["has_more"]) == (3, True)
+    assert one.json()["kind"] == "llm"
+
+
+def test_read_only_reads_but_cannot_write(
+    tenant: Tenant, thread: Thread, client_for: Callable[..., APIClient]
+) -> None:
+    reader = client_for(tenant, Role.READ_ONLY)
+
+    assert reader.get(f"/api/v1/threads/{thread.id}/messages").status_code == 200
+    response = reader.post(
+        f"/api/v1/threads/{thread.id}/messages/inject", {"role": "user", "content": "x"},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 403
+    assert reader.delete(f"/api/v1/threads/{thread.id}").status_code == 403
+
+
+@pytest.fixture
+def endpoints() -> Iterator[Registry]:
+    with use_registry() as scoped:
+
+        @thread_endpoint("summary", methods=["GET"])
+        def summary(request: Any, state: Any, params: dict[str, str]) -> dict[str, Any]:
+            return {"thread": state.thread_id, "messages": state.get_messages().total,
+                    "at_rest": state.execution is None}  # fmt: skip
+
+        @thread_endpoint("reports/[id]", methods=["GET", "POST"])
+        def report(request: Any, state: Any, params: dict[str, str]) -> dict[str, str]:
+            return {"id": params["id"], "method": request.method}
+
+        @thread_endpoint("files/[*]", methods=["GET"])
+        def files(request: Any, state: Any, params: dict[str, str]) -> dict[str, str]:
+            return {"rest": params["*"]}
+
+        @thread_endpoint("status", methods=["GET"], public=True)
+        def public_status(request: Any, state: Any, params: dict[str, str]) -> dict[str, bool]:
+            return {"anonymous": request.auth is None}
+
+        yield scoped
+
+
+def test_thread_endpoints_route_and_receive_an_at_rest_state(
+    endpoints: Registry, thread: Thread, member: APIClient
+) -> None:
+    base = f"/api/v1/threads/{thread.id}/endpoints"
+    message_inject(thread=thread, role="user", content="hi")
+
+    assert member.get(f"{base}/summary").json() == {
+        "thread": str(thread.id), "messages": 1, "at_rest": True,
+    }  # fmt: skip
+    assert member.post(f"{base}/reports/42").json() == {"id": "42", "method": "POST"}
+    assert member.get(f"{base}/files/a/b.txt").json() == {"rest": "a/b.txt"}
+
+
+def test_thread_endpoint_errors(endpoints: Registry, thread: Thread, member: APIClient) -> None:
+    base = f"/api/v1/threads/{thread.id}/endpoints"
+
+    missing = member.get(f"{base}/nope")
+    wrong_method = member.delete(f"{base}/summary")
+
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    assert wrong_method.status_code == 405
+    assert wrong_method["Allow"] == "GET"
+
+
+def test_public_endpoints_answer_anonymous_callers_only(
+    endpoints: Registry, thread: Thread
+) -> None:
+    anonymous = APIClient()
+    base = f"/api/v1/threads/{thread.id}/endpoints"
+
+    assert anonymous.get(f"{base}/status").json() == {"anonymous": True}
+    assert anonymous.get(f"{base}/summary").status_code == 401
+
+
+def test_thread_endpoints_of_another_tenant_are_404(
+    endpoints: Registry, thread: Thread, other_tenant: Tenant,
+    client_for: Callable[..., APIClient],
+) -> None:  # fmt: skip
+    response = client_for(other_tenant).get(f"/api/v1/threads/{thread.id}/endpoints/summary")
+
+    assert response.status_code == 404
+
+
+def test_delete_removes_stored_bytes_of_the_thread_and_its_children(
+    tenant: Tenant, thread: Thread, member: APIClient, settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:  # fmt: skip
+    from pathlib import Path
+
+    from threads.services.files import file_write
+
+    child = make_thread(tenant, parent=thread)
+    for owner in (thread, child):
+        file_write(thread=owner, path="/a.txt", data=b"bytes", mime_type="text/plain")
+    stored = Path(settings.MEDIA_ROOT) / str(tenant.id)
+    assert sum(1 for p in stored.rglob("*") if p.is_file()) == 2
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = member.delete(f"/api/v1/threads/{thread.id}")
+
+    assert response.json() == {"deleted_threads": 2}
+    assert [p for p in stored.rglob("*") if p.is_file()] == []

@@ -1,0 +1,1 @@
+"""The thread REST API, one module per area; threads/urls.py mounts them."""

@@ -1,0 +1,411 @@
+"""A thread's file system over REST (spec Threads §8), under ``/api/v1/threads/{id}/``.
+
+Routes (roles as everywhere: read for ``GET``, member for the rest):
+
+* ``GET fs``, ``GET fs/<path>``: a directory → ``{path, entries: [FileRecord]}``; a file →
+  its bytes. ``?stat=1`` → the FileRecord (the root included); ``?thumbnail=1&size=256`` →
+  a PNG/JPEG thumbnail (404 when not an image).
+* ``PUT fs/<path>``, ``POST fs/<path>``: upload (create or replace) → 201 FileRecord.
+* ``POST fs/<path>`` with JSON ``{"type": "directory"}``: mkdir (idempotent) → 201.
+* ``DELETE fs/<path>``: a file is unlinked, a directory removed (409 unless empty) → 204.
+* ``GET fs-search?grep=<text>&path=/&limit=100`` →
+  ``{results: [{path, matches: [{line, content}]}]}``.
+* ``GET fs-search?find=<glob>&type=all`` → ``{paths: [...]}`` (``type``: file, directory,
+  all).
+* ``GET fs-stats`` → ``{file_count, directory_count, total_size}``.
+
+Uploads are either ``multipart/form-data`` (field ``file``; optional fields ``mime_type`` and
+``metadata``, a JSON object) or a raw body whose ``Content-Type`` is the file's MIME type.
+Both stream to storage: a raw body is read in chunks, multipart files past
+``FILE_UPLOAD_MAX_MEMORY_SIZE`` spill to temporary files. A ``POST`` with
+``Content-Type: application/json`` is a command (only ``{"type": "directory"}``); upload JSON
+files with ``PUT``.
+
+Downloads stream (never the whole file in memory), carry ``Content-Length``,
+``Accept-Ranges: bytes`` and ``Content-Disposition: attachment``, and honour a single
+``Range`` (``bytes=a-b``, ``bytes=a-``, ``bytes=-n`` → 206 with ``Content-Range``;
+unsatisfiable → 416). A malformed or multi-range header is ignored (200, whole file).
+
+FileRecord JSON is snake_case: ``path, name, mime_type, storage, size, is_directory,
+metadata, width, height, created_at, updated_at`` (µs). A bad path is a 400 naming
+``path``; a file over the cap is a 413 naming ``MAX_FILE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Iterator
+from typing import IO, Any, cast
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.urls import path
+from django.utils.http import content_disposition_header
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import status
+from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from common.api import error_body
+from common.errors import LimitExceeded, NotFound, ValidationFailed
+from threads.api.base import ThreadScopedView
+from threads.models import ThreadFile
+from threads.services.files import (
+    MAX_FILE_BYTES,
+    MAX_GREP_LIMIT,
+    MAX_THUMBNAIL_SIDE,
+    FileStats,
+    FindType,
+    GrepResult,
+    file_find,
+    file_grep,
+    file_mkdir,
+    file_open,
+    file_readdir,
+    file_rmdir,
+    file_stat,
+    file_stats,
+    file_thumbnail,
+    file_unlink,
+    file_write,
+    normalize_path,
+    thumbnail_mime_type,
+)
+
+DOWNLOAD_CHUNK = 256 * 1024
+UPLOAD_CHUNK = 1024 * 1024
+MAX_COMMAND_BYTES = 64 * 1024  # a JSON command body (mkdir)
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def file_json(row: ThreadFile) -> dict[str, Any]:
+    """The FileRecord of ``row`` (snake_case)."""
+    return {
+        "path": row.path, "name": row.name, "mime_type": row.mime_type,
+        "storage": row.storage, "size": row.size, "is_directory": row.is_directory,
+        "metadata": row.metadata, "width": row.width, "height": row.height,
+        "created_at": row.created_at, "updated_at": row.updated_at,
+    }  # fmt: skip
+
+
+def grep_json(result: GrepResult) -> dict[str, Any]:
+    return {
+        "path": result.path,
+        "matches": [{"line": match.line, "content": match.content} for match in result.matches],
+    }
+
+
+def stats_json(stats: FileStats) -> dict[str, int]:
+    return {
+        "file_count": stats.file_count,
+        "directory_count": stats.directory_count,
+        "total_size": stats.total_size,
+    }
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ValidationFailed(f"{name} must be an integer from {low} to {high}", field=name)
+    return value
+
+
+def _content_length(request: HttpRequest) -> int | None:
+    raw = request.META.get("CONTENT_LENGTH") or ""
+    try:
+        return int(raw) if raw else None
+    except ValueError as error:
+        raise ValidationFailed("Content-Length is not a number") from error
+
+
+# Downloads -------------------------------------------------------------------------------
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
+    """``(first, last)`` (inclusive) for a satisfiable single range, ``None`` when there is
+    no usable Range header (serve the whole file), ``False`` when unsatisfiable."""
+    if not header:
+        return None
+    match = _RANGE.match(header.strip())
+    if match is None:
+        return None  # malformed or several ranges: ignored (RFC 9110 §14.2)
+    first_raw, last_raw = match.groups()
+    if not first_raw and not last_raw:
+        return None
+    if not first_raw:  # bytes=-n: the last n bytes
+        suffix = int(last_raw)
+        if suffix == 0 or size == 0:
+            return False
+        return max(0, size - suffix), size - 1
+    first = int(first_raw)
+    last = int(last_raw) if last_raw else size - 1
+    if last_raw and last < first:
+        return None
+    if first >= size:
+        return False
+    return first, min(last, size - 1)
+
+
+def _sync_chunks(handle: IO[bytes], length: int) -> Iterator[bytes]:
+    remaining = length
+    try:
+        while remaining > 0:
+            data = handle.read(min(DOWNLOAD_CHUNK, remaining))
+            if not data:
+                return
+            remaining -= len(data)
+            yield data
+    finally:
+        handle.close()
+
+
+async def _async_chunks(handle: IO[bytes], length: int) -> AsyncIterator[bytes]:
+    """Under ASGI Django would gather a sync iterator into one list: read in a thread."""
+    read = sync_to_async(handle.read, thread_sensitive=False)
+    remaining = length
+    try:
+        while remaining > 0:
+            data = await read(min(DOWNLOAD_CHUNK, remaining))
+            if not data:
+                return
+            remaining -= len(data)
+            yield data
+    finally:
+        handle.close()
+
+
+def _download(request: Request, row: ThreadFile, handle: IO[bytes]) -> HttpResponseBase:
+    size = row.size
+    wanted = parse_range(request.META.get("HTTP_RANGE"), size)
+    if wanted is False:
+        handle.close()
+        return Response(
+            error_body("range_not_satisfiable", f"the file is {size} bytes"),
+            status=status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+    first, last = wanted if isinstance(wanted, tuple) else (0, size - 1)
+    length = max(0, last - first + 1)
+    if first:
+        handle.seek(first)
+    content = (
+        _async_chunks(handle, length)
+        if isinstance(request._request, ASGIRequest)
+        else _sync_chunks(handle, length)
+    )
+    response = StreamingHttpResponse(
+        content,
+        status=status.HTTP_206_PARTIAL_CONTENT if isinstance(wanted, tuple) else 200,
+        content_type=row.mime_type or "application/octet-stream",
+    )
+    response._resource_closers.append(handle.close)  # type: ignore[attr-defined]
+    response["Content-Length"] = str(length)
+    response["Accept-Ranges"] = "bytes"
+    response["Content-Disposition"] = content_disposition_header(True, row.name) or "attachment"
+    response["X-Content-Type-Options"] = "nosniff"
+    if isinstance(wanted, tuple):
+        response["Content-Range"] = f"bytes {first}-{last}/{size}"
+    return response
+
+
+# Uploads ---------------------------------------------------------------------------------
+
+
+def _raw_body(request: HttpRequest) -> Iterator[bytes]:
+    while True:
+        chunk = request.read(UPLOAD_CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _metadata_field(raw: object) -> dict[str, Any] | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = json.loads(str(raw))
+    except ValueError as error:
+        raise ValidationFailed("metadata must be a JSON object", field="metadata") from error
+    if not isinstance(value, dict):
+        raise ValidationFailed("metadata must be a JSON object", field="metadata")
+    return value
+
+
+class FileView(ThreadScopedView):
+    """``fs`` and ``fs/<path>``: read, upload, mkdir and delete (see the module docstring)."""
+
+    parser_classes = [MultiPartParser, JSONParser]
+
+    def _path(self) -> str:
+        return normalize_path(self.kwargs.get("file_path") or "/")
+
+    @extend_schema(responses=OpenApiTypes.BINARY, operation_id="thread_fs_read")
+    def get(
+        self, request: Request, thread_id: str, file_path: str = "/"
+    ) -> Response | HttpResponseBase:
+        thread, target = self.thread(), self._path()
+        if _flag(request, "stat"):
+            row = file_stat(thread=thread, path=target)
+            if row is None:
+                raise NotFound(f"no file or directory {target}")
+            return Response(file_json(row))
+        if _flag(request, "thumbnail"):
+            side = _int_param(request, "size", 256, 1, MAX_THUMBNAIL_SIDE)
+            data = file_thumbnail(thread=thread, path=target, max_side=side)
+            if data is None:
+                raise NotFound(f"no image at {target}")
+            return HttpResponse(data, content_type=thumbnail_mime_type(data))
+        opened = file_open(thread=thread, path=target)
+        if opened is not None:
+            return _download(request, *opened)
+        entries = file_readdir(thread=thread, path=target)  # NotFound when nothing is there
+        return Response({"path": target, "entries": [file_json(row) for row in entries]})
+
+    @extend_schema(request=OpenApiTypes.BINARY, responses={201: OpenApiTypes.OBJECT})
+    def put(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
+        return self._upload(request)
+
+    @extend_schema(
+        request=OpenApiTypes.BINARY,
+        responses={201: OpenApiTypes.OBJECT},
+        operation_id="thread_fs_create",
+    )
+    def post(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
+        if request.content_type.split(";")[0].strip() == "application/json":
+            return self._command(request)
+        return self._upload(request)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
+        thread, target = self.thread(), self._path()
+        row = file_stat(thread=thread, path=target)
+        if row is None:
+            raise NotFound(f"no file or directory {target}")
+        if row.is_directory:
+            file_rmdir(thread=thread, path=target)
+        else:
+            file_unlink(thread=thread, path=target)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _command(self, request: Request) -> Response:
+        length = _content_length(request._request)
+        if length is not None and length > MAX_COMMAND_BYTES:
+            raise LimitExceeded(
+                f"a JSON command is over the cap MAX_COMMAND_BYTES ({MAX_COMMAND_BYTES} bytes);"
+                " upload JSON files with PUT"
+            )
+        body = request.data
+        if not isinstance(body, dict) or body.get("type") != "directory":
+            raise ValidationFailed(
+                'a JSON POST must be {"type": "directory"}; upload JSON files with PUT',
+                field="type",
+            )
+        row = file_mkdir(thread=self.thread(), path=self._path())
+        return Response(file_json(row), status=status.HTTP_201_CREATED)
+
+    def _upload(self, request: Request) -> Response:
+        target = self._path()
+        http_request = request._request
+        length = _content_length(http_request)
+        if length is not None and length > MAX_FILE_BYTES + MAX_COMMAND_BYTES:
+            raise LimitExceeded(
+                f"the body is {length} bytes; the cap MAX_FILE_BYTES is {MAX_FILE_BYTES}",
+                field="data",
+            )
+        if request.content_type.startswith("multipart/form-data"):
+            upload = request.FILES.get("file")
+            if upload is None:
+                raise ValidationFailed("the multipart field 'file' is required", field="file")
+            mime_type = request.data.get("mime_type") or upload.content_type
+            metadata = _metadata_field(request.data.get("metadata"))
+            try:
+                row = file_write(
+                    thread=self.thread(), path=target, data=upload, mime_type=mime_type,
+                    metadata=metadata,
+                )  # fmt: skip
+            finally:
+                upload.close()
+        else:
+            if length is not None and length > MAX_FILE_BYTES:
+                raise LimitExceeded(
+                    f"the body is {length} bytes; the cap MAX_FILE_BYTES is {MAX_FILE_BYTES}",
+                    field="data",
+                )
+            row = file_write(
+                thread=self.thread(), path=target, data=_raw_body(http_request),
+                mime_type=http_request.META.get("CONTENT_TYPE") or None,
+            )  # fmt: skip
+        return Response(file_json(row), status=status.HTTP_201_CREATED)
+
+
+class FileSearchView(ThreadScopedView):
+    """``fs-search``: ``grep`` (text search) or ``find`` (glob), exactly one of them."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, thread_id: str) -> Response:
+        grep, find = request.query_params.get("grep"), request.query_params.get("find")
+        if (grep is None) == (find is None):
+            raise ValidationFailed("give exactly one of grep and find", field="grep")
+        thread = self.thread()
+        if grep is not None:
+            limit = _int_param(request, "limit", 100, 1, MAX_GREP_LIMIT)
+            where = request.query_params.get("path", "/")
+            results = file_grep(thread=thread, pattern=grep, path=where, limit=limit)
+            return Response({"results": [grep_json(result) for result in results]})
+        assert find is not None
+        kind = request.query_params.get("type", "all")
+        if kind not in ("file", "directory", "all"):
+            raise ValidationFailed("type must be file, directory or all", field="type")
+        found = file_find(thread=thread, pattern=find, type=cast("FindType", kind))
+        return Response({"paths": found})
+
+
+class FileStatsView(ThreadScopedView):
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, thread_id: str) -> Response:
+        return Response(stats_json(file_stats(thread=self.thread())))
+
+
+def _root_operation(method: str, action: str) -> Any:
+    return extend_schema(operation_id=f"thread_fs_root_{action}", description="The root `/`.")
+
+
+# The root is the same view; its operations get their own names in the schema, and the
+# trailing-slash alias stays out of it.
+@extend_schema_view(
+    get=_root_operation("get", "read"),
+    post=_root_operation("post", "create"),
+    put=_root_operation("put", "write"),
+    delete=_root_operation("delete", "delete"),
+)
+class FileRootView(FileView):
+    """The thread's root directory ``/`` (same behaviour as FileView)."""
+
+
+@extend_schema(exclude=True)
+class FileRootAliasView(FileView):
+    """``fs/``: an alias of the root, left out of the schema."""
+
+
+urlpatterns = [
+    path("fs", FileRootView.as_view(), name="thread-fs-root"),
+    path("fs/", FileRootAliasView.as_view(), name="thread-fs-root-slash"),
+    path("fs/<path:file_path>", FileView.as_view(), name="thread-fs"),
+    path("fs-search", FileSearchView.as_view(), name="thread-fs-search"),
+    path("fs-stats", FileStatsView.as_view(), name="thread-fs-stats"),
+]

@@ -1,0 +1,1 @@
+"""Thread services: writes and reads, one module per area (threads, messages, files, ...)."""

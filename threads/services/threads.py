@@ -1,0 +1,171 @@
+"""Threads: create, read, list, update, delete."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, QuerySet
+
+from agents.selectors import agent_load
+from common.errors import NotFound, ValidationFailed
+from common.time import now_us, to_us
+from tenancy.models import Tenant
+from threads.events import publish
+from threads.models import Thread, ThreadStatus
+
+MAX_TAGS = 50
+MAX_TAG_CHARS = 100
+
+
+def thread_get(*, tenant: Tenant, thread_id: uuid.UUID | str) -> Thread:
+    """``tenant``'s thread; another tenant's (or a malformed id) is NotFound."""
+    try:
+        return Thread.objects.for_tenant(tenant).get(id=thread_id)
+    except (Thread.DoesNotExist, ValueError) as error:
+        raise NotFound(f"no thread {thread_id}") from error
+
+
+def _tags(tags: Sequence[str]) -> list[str]:
+    if isinstance(tags, str) or not all(isinstance(tag, str) for tag in tags):
+        raise ValidationFailed("tags must be a list of strings", field="tags")
+    if len(tags) > MAX_TAGS:
+        raise ValidationFailed(f"at most {MAX_TAGS} tags", field="tags")
+    for index, tag in enumerate(tags):
+        if not tag.strip() or len(tag) > MAX_TAG_CHARS:
+            raise ValidationFailed(
+                f"tags must be 1-{MAX_TAG_CHARS} characters", field=f"tags[{index}]"
+            )
+    return list(dict.fromkeys(tags))
+
+
+@dataclass(frozen=True)
+class EnvInput:
+    value: str
+    type: str | None = None  # text | secret; None: secret for a new name
+
+
+@transaction.atomic
+def thread_create(
+    *,
+    tenant: Tenant,
+    agent_name: str,
+    user_id: str = "",
+    tags: Sequence[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    env: Mapping[str, EnvInput] | None = None,
+    parent: Thread | None = None,
+) -> Thread:
+    """A new thread of ``agent_name`` (which must exist: ValidationFailed naming ``agent``)."""
+    from threads.services.env import thread_env_set
+
+    try:
+        agent_load(tenant=tenant, name=agent_name)
+    except NotFound as error:
+        raise ValidationFailed(f"no agent named {agent_name!r}", field="agent") from error
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ValidationFailed("metadata must be an object", field="metadata")
+    thread = Thread.objects.create(
+        tenant=tenant,
+        agent_name=agent_name,
+        origin_agent_name=agent_name,
+        user_id=user_id,
+        tags=_tags(tags),
+        metadata=dict(metadata or {}),
+        parent=parent,
+    )
+    for name, item in (env or {}).items():
+        thread_env_set(thread=thread, name=name, value=item.value, type=item.type)
+    transaction.on_commit(lambda: publish(thread, "thread.created", {"id": str(thread.id)}))
+    return thread
+
+
+def thread_list(
+    *,
+    tenant: Tenant,
+    agent: str | None = None,
+    user_id: str | None = None,
+    status: str | None = None,
+    tag: str | None = None,
+    created_after: dt.datetime | None = None,
+    created_before: dt.datetime | None = None,
+) -> QuerySet[Thread]:
+    rows = Thread.objects.for_tenant(tenant)
+    if agent:
+        rows = rows.filter(agent_name=agent)
+    if user_id:
+        rows = rows.filter(user_id=user_id)
+    if status:
+        if status not in ThreadStatus.values:
+            raise ValidationFailed(
+                f"status must be one of {', '.join(ThreadStatus.values)}", field="status"
+            )
+        rows = rows.filter(status=status)
+    if tag:
+        rows = rows.filter(tags__contains=[tag])
+    if created_after is not None:
+        rows = rows.filter(created_at__gte=to_us(created_after))
+    if created_before is not None:
+        rows = rows.filter(created_at__lt=to_us(created_before))
+    return rows.order_by("-created_at")
+
+
+def thread_counts(*, thread: Thread) -> dict[str, int]:
+    counted = Thread.objects.filter(pk=thread.pk).aggregate(
+        messages=Count("message_set", distinct=True),
+        logs=Count("log_set", distinct=True),
+        files=Count("threadfile_set", distinct=True),
+        children=Count("children", distinct=True),
+    )
+    return {key: int(value or 0) for key, value in counted.items()}
+
+
+@transaction.atomic
+def thread_update(
+    *, thread: Thread, tags: Sequence[str] | None = None, metadata: Mapping[str, Any] | None = None
+) -> Thread:
+    """Replace tags and/or metadata."""
+    if tags is not None:
+        thread.tags = _tags(tags)
+    if metadata is not None:
+        if not isinstance(metadata, Mapping):
+            raise ValidationFailed("metadata must be an object", field="metadata")
+        thread.metadata = dict(metadata)
+    thread.updated_at = now_us()
+    thread.save(update_fields=["tags", "metadata", "updated_at"])
+    transaction.on_commit(lambda: publish(thread, "thread.updated", {"id": str(thread.id)}))
+    return thread
+
+
+def _descendants(thread: Thread) -> list[Thread]:
+    found: list[Thread] = []
+    frontier = [thread]
+    while frontier:
+        children = list(Thread.objects.filter(parent__in=frontier))
+        found.extend(children)
+        frontier = children
+    return found
+
+
+@transaction.atomic
+def thread_delete(*, thread: Thread) -> int:
+    """Delete a thread, its child threads and all their rows and stored files.
+
+    Returns how many threads were deleted. Stored bytes are removed after commit,
+    so a rolled-back delete loses nothing.
+    """
+    from threads.services.files import file_delete_all
+
+    # Stand-ins made before delete(): callbacks must not depend on what delete() leaves on
+    # the deleted instances, only on the ids that say where their bytes live.
+    doomed = [Thread(id=row.id, tenant_id=row.tenant_id) for row in [thread, *_descendants(thread)]]
+    thread.delete()  # rows of children and everything owned cascade
+    for gone in doomed:
+        transaction.on_commit(lambda gone=gone: file_delete_all(thread=gone))  # type: ignore[misc]
+    root = doomed[0]
+    transaction.on_commit(lambda: publish(root, "thread.deleted", {"id": str(root.id)}))
+    return len(doomed)

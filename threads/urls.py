@@ -1,0 +1,23 @@
+from django.urls import include, path
+
+from common.api import Router
+from threads.api import endpoints, env, files, logs, messages, values
+from threads.api.threads import ThreadViewSet
+
+router = Router()
+router.register("threads", ThreadViewSet, basename="thread")
+
+thread_routes = [
+    *messages.urlpatterns,
+    *logs.urlpatterns,
+    *values.urlpatterns,
+    *env.urlpatterns,
+    *files.urlpatterns,
+    *endpoints.urlpatterns,
+]
+
+urlpatterns = [
+    *env.tenant_urlpatterns,
+    *router.urls,
+    path("threads/<uuid:thread_id>/", include(thread_routes)),
+]
