@@ -83,6 +83,30 @@ def media_root() -> Path:
     return Path(_get("MEDIA_ROOT") or var_dir() / "media")
 
 
+def file_storage() -> dict[str, object]:
+    """Django's default storage (thread files): the filesystem under MEDIA_ROOT, or S3
+    (and S3-compatible servers) through django-storages when ``FILE_STORAGE=s3``."""
+    kind = (_get("FILE_STORAGE") or "filesystem").lower()
+    if kind == "filesystem":
+        return {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+    if kind != "s3":
+        raise ImproperlyConfigured(f"FILE_STORAGE must be filesystem or s3, got {kind!r}")
+    bucket = _get("S3_BUCKET")
+    if bucket is None:
+        raise ImproperlyConfigured("S3_BUCKET is required when FILE_STORAGE=s3")
+    options: dict[str, object] = {"bucket_name": bucket, "file_overwrite": False}
+    for name, option in (
+        ("S3_ENDPOINT_URL", "endpoint_url"),
+        ("S3_REGION", "region_name"),
+        ("S3_ACCESS_KEY_ID", "access_key"),
+        ("S3_SECRET_ACCESS_KEY", "secret_key"),
+    ):
+        value = _get(name)
+        if value is not None:
+            options[option] = value
+    return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}
+
+
 def debug() -> bool:
     return _bool("DEBUG", default=not is_production())
 

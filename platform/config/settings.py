@@ -160,7 +160,7 @@ STATIC_ROOT = None if DEBUG else env.static_root()
 # WhiteNoise serves static files from the ASGI server: straight from the apps in
 # DEBUG, from `manage.py collectstatic` output (compressed, hashed) otherwise.
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": env.file_storage(),
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG

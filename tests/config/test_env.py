@@ -26,6 +26,12 @@ ENV_VARS = (
     "DB_POOL_SIZE",
     "STATIC_ROOT",
     "MEDIA_ROOT",
+    "FILE_STORAGE",
+    "S3_BUCKET",
+    "S3_ENDPOINT_URL",
+    "S3_REGION",
+    "S3_ACCESS_KEY_ID",
+    "S3_SECRET_ACCESS_KEY",
     "SECRET_KEY",
     "PLATFORM_ENCRYPTION_KEYS",
     "DATABASE_URL",
@@ -429,3 +435,39 @@ def test_agent_platform_env_follows_its_list(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("ANTHROPIC_API_KEY", "not listed")
 
     assert env.agent_platform_env() == {"COMPANY": "Acme"}
+
+
+# File storage ----------------------------------------------------------------------
+
+
+def test_file_storage_defaults_to_the_filesystem() -> None:
+    assert env.file_storage() == {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+
+
+def test_s3_file_storage_needs_a_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FILE_STORAGE", "s3")
+
+    with pytest.raises(ImproperlyConfigured, match="S3_BUCKET is required"):
+        env.file_storage()
+
+
+def test_s3_file_storage_passes_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FILE_STORAGE", "S3")
+    monkeypatch.setenv("S3_BUCKET", "threads")
+    monkeypatch.setenv("S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+
+    assert env.file_storage() == {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": "threads",
+            "file_overwrite": False,
+            "endpoint_url": "http://127.0.0.1:9000",
+        },
+    }
+
+
+def test_unknown_file_storage_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FILE_STORAGE", "ftp")
+
+    with pytest.raises(ImproperlyConfigured, match="FILE_STORAGE must be"):
+        env.file_storage()
