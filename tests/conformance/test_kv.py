@@ -11,7 +11,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -23,6 +22,7 @@ from common.errors import LimitExceeded, ValidationFailed
 from config.env import REPO_DIR, child_environment
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
+from tests.support import current_database_url
 from tests.threads.conftest import make_thread
 from threads.api import values as values_api
 from threads.models import Thread
@@ -33,23 +33,12 @@ from threads.services.values import MAX_KEY_LENGTH, MAX_VALUE_BYTES, value_get, 
 urlpatterns = [path("api/v1/threads/<uuid:thread_id>/", include(values_api.urlpatterns))]
 
 
-def _database_url() -> str:
-    """The URL of the database this test runs against (the test database)."""
-    db = connection.settings_dict
-    host = db["HOST"] or db["OPTIONS"].get("host", "")
-    socket = host.startswith("/")
-    netloc = f"{quote(db['USER'])}:{quote(db['PASSWORD'])}@"
-    netloc += "" if socket else f"{host}:{db['PORT']}"
-    url = f"postgresql://{netloc}/{quote(db['NAME'])}"
-    return f"{url}?host={quote(host)}" if socket else url
-
-
 def _other_process(script: str) -> str:
     """Run ``script`` in a fresh ``manage.py shell`` against the same database."""
     done = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", script],
         cwd=REPO_DIR,
-        env=child_environment({"DATABASE_URL": _database_url()}),
+        env=child_environment({"DATABASE_URL": current_database_url()}),
         capture_output=True,
         text=True,
         timeout=120,

@@ -6,11 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.urls import include, path
 from rest_framework.test import APIClient
 
 from tenancy.models import Role, Tenant
-from threads.api import env as env_api
 from threads.models import Thread
 from threads.services.env import (
     EnvValue,
@@ -20,17 +18,7 @@ from threads.services.env import (
     thread_env_set,
 )
 
-urlpatterns = [
-    path("api/v1/threads/<uuid:thread_id>/", include(env_api.urlpatterns)),
-    path("api/v1/", include(env_api.tenant_urlpatterns)),
-]
-
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _routes(settings: Any) -> None:
-    settings.ROOT_URLCONF = __name__
 
 
 @pytest.fixture

@@ -13,15 +13,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from config.env import REPO_DIR, child_environment
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key
+from tests.support import current_database_url
 from tests.threads.conftest import make_thread
 from threads.models import ThreadFile
 from threads.services.files import file_delete_all
@@ -29,17 +28,6 @@ from threads.services.files import file_delete_all
 SIZE = 200 * 1024 * 1024
 CHUNK = 1024 * 1024
 MAX_PEAK_RSS = 150 * 1024 * 1024  # the whole server process, interpreter and Django included
-
-
-def _database_url() -> str:
-    """The URL of the database this test runs against (the test database)."""
-    db = connection.settings_dict
-    host = db["HOST"] or db["OPTIONS"].get("host", "")
-    unix_socket = host.startswith("/")
-    netloc = f"{quote(db['USER'])}:{quote(db['PASSWORD'])}@"
-    netloc += "" if unix_socket else f"{host}:{db['PORT']}"
-    url = f"postgresql://{netloc}/{quote(db['NAME'])}"
-    return f"{url}?host={quote(host)}" if unix_socket else url
 
 
 def _free_port() -> int:
@@ -58,7 +46,7 @@ def _server() -> Iterator[tuple[int, int]]:
          "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
         cwd=REPO_DIR,
         env=child_environment(
-            {"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": _database_url(),
+            {"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": current_database_url(),
              "MEDIA_ROOT": str(settings.MEDIA_ROOT)}
         ),
     )  # fmt: skip

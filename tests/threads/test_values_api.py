@@ -6,22 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.urls import include, path
 from rest_framework.test import APIClient
 
 from tenancy.models import Role, Tenant
-from threads.api import values as values_api
 from threads.models import Thread
 from threads.services.values import MAX_VALUE_BYTES, value_get, value_set
 
-urlpatterns = [path("api/v1/threads/<uuid:thread_id>/", include(values_api.urlpatterns))]
-
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _routes(settings: Any) -> None:
-    settings.ROOT_URLCONF = __name__
 
 
 @pytest.fixture
