@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from agents.selectors import platform_env
 from common.errors import LimitExceeded, NotFound, ValidationFailed
@@ -135,11 +136,28 @@ def thread_env_set(*, thread: Thread, name: str, value: str, type: str | None = 
     sealed = secret_encrypt(
         tenant=thread.tenant, plaintext=data, context=_thread_context(thread, name)
     )
-    rows = ThreadEnv.objects.for_tenant(thread.tenant).filter(thread=thread)
+    return _env_upsert(
+        ThreadEnv.objects.for_tenant(thread.tenant).filter(thread=thread),
+        lambda kind: ThreadEnv(tenant=thread.tenant, thread=thread, name=name, type=kind),
+        name=name,
+        sealed=sealed,
+        wanted=wanted,
+    )
+
+
+def _env_upsert(
+    rows: QuerySet[Any],
+    new_row: Callable[[str], ThreadEnv | TenantEnv],
+    *,
+    name: str,
+    sealed: bytes,
+    wanted: EnvTypeName | None,
+) -> EnvEntry:
+    """Create or replace the variable ``name`` among ``rows`` (thread or tenant env)."""
     row = rows.select_for_update().filter(name=name).first()
     updated_at = now_us()
     if row is None:
-        row = ThreadEnv(tenant=thread.tenant, thread=thread, name=name, type=wanted or "secret")
+        row = new_row(wanted or "secret")
     elif wanted is not None:
         row.type = wanted
     row.value_encrypted = sealed
@@ -148,13 +166,12 @@ def thread_env_set(*, thread: Thread, name: str, value: str, type: str | None = 
         with transaction.atomic():
             row.save()
     except IntegrityError:  # a concurrent writer created the name first: overwrite it
-        existing = rows.select_for_update().get(name=name)
-        existing.value_encrypted = sealed
-        existing.updated_at = updated_at
+        row = rows.select_for_update().get(name=name)
+        row.value_encrypted = sealed
+        row.updated_at = updated_at
         if wanted is not None:
-            existing.type = wanted
-        existing.save(update_fields=["value_encrypted", "updated_at", "type"])
-        row = existing
+            row.type = wanted
+        row.save(update_fields=["value_encrypted", "updated_at", "type"])
     return EnvEntry(name=name, type=_as_type(row.type), updated_at=updated_at)
 
 
@@ -216,27 +233,13 @@ def tenant_env_set(*, tenant: Tenant, name: str, value: str, type: str | None = 
     data = _value_bytes(value)
     wanted = _type_check(type)
     sealed = secret_encrypt(tenant=tenant, plaintext=data, context=_tenant_context(tenant, name))
-    rows = TenantEnv.objects.for_tenant(tenant)
-    row = rows.select_for_update().filter(name=name).first()
-    updated_at = now_us()
-    if row is None:
-        row = TenantEnv(tenant=tenant, name=name, type=wanted or "secret")
-    elif wanted is not None:
-        row.type = wanted
-    row.value_encrypted = sealed
-    row.updated_at = updated_at
-    try:
-        with transaction.atomic():
-            row.save()
-    except IntegrityError:
-        existing = rows.select_for_update().get(name=name)
-        existing.value_encrypted = sealed
-        existing.updated_at = updated_at
-        if wanted is not None:
-            existing.type = wanted
-        existing.save(update_fields=["value_encrypted", "updated_at", "type"])
-        row = existing
-    return EnvEntry(name=name, type=_as_type(row.type), updated_at=updated_at)
+    return _env_upsert(
+        TenantEnv.objects.for_tenant(tenant),
+        lambda kind: TenantEnv(tenant=tenant, name=name, type=kind),
+        name=name,
+        sealed=sealed,
+        wanted=wanted,
+    )
 
 
 @transaction.atomic
