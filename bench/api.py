@@ -8,51 +8,16 @@ service) as a reference.
 from __future__ import annotations
 
 import http.client
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 from bench.harness import Row, benchmark, summarize
-from config import env
+from config.launcher import background_server
 
 WARMUP = 50
 REQUESTS = 1000
 THREADS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def _server() -> Iterator[int]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
-        env=env.child_environment({"DJANGO_SETTINGS_MODULE": "config.settings"}),
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("uvicorn did not start") from None
-                time.sleep(0.1)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _timed_requests(port: int, path: str, headers: dict[str, str], count: int) -> list[float]:
@@ -99,7 +64,7 @@ def api_round_trips() -> Sequence[Row]:
     try:
         secret = api_key_create(tenant=tenant, name="bench", role=Role.ADMIN).secret
         auth = {"Authorization": f"Bearer {secret}"}
-        with _server() as port:
+        with background_server() as (port, _):
             return [
                 _case(port, "GET /healthz", "/healthz", {}, 1),
                 _case(port, "GET /api/v1/me", "/api/v1/me", auth, 1),

@@ -8,6 +8,7 @@ stops the three processes, then the embedded servers this run started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -16,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 
 from config import devservices, env
@@ -66,6 +67,37 @@ def _process_commands(host: str, port: int) -> dict[str, list[str]]:
         "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip
+
+
+@contextlib.contextmanager
+def background_server(overrides: Mapping[str, str] | None = None) -> Iterator[tuple[int, int]]:
+    """A quiet uvicorn serving the platform on a free loopback port, for benchmarks and
+    tests: yields ``(port, pid)`` once the port accepts connections, stops it after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+         "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
+        cwd=env.REPO_DIR,
+        env=env.child_environment(
+            {"DJANGO_SETTINGS_MODULE": "config.settings", **(overrides or {})}
+        ),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise LaunchError("uvicorn did not start") from None
+                time.sleep(0.1)
+        yield port, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=SHUTDOWN_GRACE_S)
 
 
 def _wait_ready(base_url: str, processes: dict[str, subprocess.Popen[bytes]]) -> None:

@@ -3,21 +3,18 @@ Django's storage without the server holding it in memory (peak RSS stays far bel
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from config.env import REPO_DIR, child_environment
+from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key
 from tests.support import current_database_url
@@ -37,33 +34,11 @@ def _free_port() -> int:
         return port
 
 
-@contextmanager
-def _server() -> Iterator[tuple[int, int]]:
+def _server() -> contextlib.AbstractContextManager[tuple[int, int]]:
     """``(port, pid)`` of a uvicorn serving the project against the test database."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
-        cwd=REPO_DIR,
-        env=child_environment(
-            {"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": current_database_url(),
-             "MEDIA_ROOT": str(settings.MEDIA_ROOT)}
-        ),
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("uvicorn did not start") from None
-                time.sleep(0.1)
-        yield port, process.pid
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    return background_server(
+        {"DATABASE_URL": current_database_url(), "MEDIA_ROOT": str(settings.MEDIA_ROOT)}
+    )
 
 
 def _memory(pid: int, field: str) -> int:
