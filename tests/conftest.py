@@ -50,6 +50,12 @@ def client_for(db: None) -> Callable[..., APIClient]:
 
 
 @pytest.fixture
+def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
+    """An API client with a member key of ``tenant``."""
+    return client_for(tenant, Role.MEMBER)
+
+
+@pytest.fixture
 def thread(tenant: Tenant) -> Thread:
     return make_thread(tenant)
 

@@ -25,11 +25,6 @@ PROMPT = {"name": "helper", "tool_description": "Helps", "prompt": "Help.", "mod
 OTHER = {**PROMPT, "name": "other"}
 
 
-@pytest.fixture
-def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
-    return client_for(tenant, Role.MEMBER)
-
-
 def test_create_read_update_delete_a_prompt(member: APIClient) -> None:
     assert member.post("/api/v1/models", MODEL, format="json").status_code == 201
 

@@ -21,11 +21,6 @@ from threads.services.env import (
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
-    return client_for(tenant, Role.MEMBER)
-
-
 def _env(thread: Thread, name: str = "") -> str:
     return f"/api/v1/threads/{thread.id}/env" + (f"/{name}" if name else "")
 

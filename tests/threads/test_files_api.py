@@ -32,11 +32,6 @@ def _routes(settings: Settings, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
-@pytest.fixture
-def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
-    return client_for(tenant, Role.MEMBER)
-
-
 def _fs(thread: Thread, rest: str = "") -> str:
     return f"/api/v1/threads/{thread.id}/fs" + (f"/{rest}" if rest else "")
 

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
+    """The shared member client, with the sample definitions (threads need an agent)."""
     seed_rich(tenant)
     return client_for(tenant, Role.MEMBER)
 

@@ -15,11 +15,6 @@ from threads.services.values import MAX_VALUE_BYTES, value_get, value_set
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def member(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
-    return client_for(tenant, Role.MEMBER)
-
-
 def _kv(thread: Thread, key: str = "") -> str:
     return f"/api/v1/threads/{thread.id}/kv" + (f"/{key}" if key else "")
 
