@@ -2,20 +2,83 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any, TypeVar
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
 
 from agents.documents import AgentDoc, CodeToolDoc, ModelDoc, PromptDoc
 from agents.models import Agent, CodeTool, Definition, Model, Prompt
 from agents.providers.base import ModelCapabilities, ModelPrices, ModelSpec
 from agents.services import model_key_context, row_document
 from common.errors import NotFound
+from common.ids import new_id
 from tenancy.encryption import secret_decrypt
 from tenancy.models import Tenant
 
 EnvLookup = Callable[[str], str | None]
+T = TypeVar("T")
+
+# Parsed definitions, per process, per tenant and definitions version (the newest version
+# of the most recently used tenants only): a flow reads its agent and prompts from here.
+MAX_CACHED_TENANTS = 512
+_cached: OrderedDict[Any, tuple[str, dict[tuple[str, str], Any]]] = OrderedDict()
+_cached_lock = threading.Lock()
+
+
+def _version_key(tenant: Tenant) -> str:
+    return f"{tenant.id}:definitions:version"
+
+
+def definitions_version(*, tenant: Tenant) -> str:
+    """The current version of ``tenant``'s definitions (a token in the shared cache)."""
+    key = _version_key(tenant)
+    version = cache.get(key)
+    if version is None:
+        cache.add(key, new_id().hex, timeout=None)
+        version = cache.get(key)
+    return str(version)
+
+
+def definitions_changed(*, tenant: Tenant) -> None:
+    """Give ``tenant``'s definitions a new version now and again after commit, so no
+    process keeps serving what it cached before the change."""
+    key = _version_key(tenant)
+
+    def bump() -> None:
+        cache.set(key, new_id().hex, timeout=None)
+
+    bump()
+    transaction.on_commit(bump)
+
+
+def definitions_cached(
+    *, tenant: Tenant, version: str, key: tuple[str, str], load: Callable[[], T]
+) -> T:
+    """``load()``'s value, cached for ``tenant`` at ``version`` (values are immutable
+    documents or frozensets). Thread-safe; a newer version drops the tenant's older entries."""
+    with _cached_lock:
+        entry = _cached.get(tenant.id)
+        if entry is not None and entry[0] == version and key in entry[1]:
+            _cached.move_to_end(tenant.id)
+            value: T = entry[1][key]
+            return value
+    value = load()
+    with _cached_lock:
+        entry = _cached.get(tenant.id)
+        if entry is None or entry[0] != version:
+            entry = (version, {})
+            _cached[tenant.id] = entry
+        entry[1][key] = value
+        _cached.move_to_end(tenant.id)
+        while len(_cached) > MAX_CACHED_TENANTS:
+            _cached.popitem(last=False)
+    return value
 
 
 def platform_env(name: str) -> str | None:
@@ -75,19 +138,25 @@ def model_load(*, tenant: Tenant, name: str, env: EnvLookup = platform_env) -> M
     The key is the stored one (decrypted) or, failing that, ``env(api_key_env)``;
     a thread passes its own env lookup so thread/agent/prompt values win.
     """
+    return model_spec(model_rows(tenant=tenant, name=name), env=env)
+
+
+ModelRows = tuple[Model, tuple[Model, ...]]
+
+
+def model_rows(*, tenant: Tenant, name: str) -> ModelRows:
+    """The model row ``name`` and its fallbacks' rows, in order (unknown ones left out)."""
     row = _row(Model, tenant=tenant, name=name)
     assert isinstance(row, Model)
-    fallbacks = Model.objects.for_tenant(tenant).filter(name__in=row.fallbacks)
-    by_name = {fallback.name: fallback for fallback in fallbacks}
-    return _spec(
-        row,
-        env=env,
-        fallbacks=tuple(
-            _spec(by_name[fallback_name], env=env, fallbacks=())
-            for fallback_name in row.fallbacks
-            if fallback_name in by_name
-        ),
-    )
+    if not row.fallbacks:
+        return row, ()
+    by_name = {f.name: f for f in Model.objects.for_tenant(tenant).filter(name__in=row.fallbacks)}
+    return row, tuple(by_name[n] for n in row.fallbacks if n in by_name)
+
+
+def model_spec(rows: ModelRows, *, env: EnvLookup = platform_env) -> ModelSpec:
+    row, fallbacks = rows
+    return _spec(row, env=env, fallbacks=tuple(_spec(f, env=env, fallbacks=()) for f in fallbacks))
 
 
 def _price(value: Decimal | None) -> Decimal | None:

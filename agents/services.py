@@ -156,12 +156,16 @@ def definitions_check(*, tenant: Tenant, definitions: DefinitionSet) -> list[Pro
 
 
 def lock_definitions(*, tenant: Tenant) -> None:
-    """Serialise definition writes of one tenant until the transaction ends."""
+    """Serialise definition writes of one tenant until the transaction ends, and retire
+    what processes cached of them (every definition write starts here)."""
+    from agents.selectors import definitions_changed
+
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
             [f"agents.definitions:{tenant.id}"],
         )
+    definitions_changed(tenant=tenant)
 
 
 def problem_json(problem: Problem) -> dict[str, str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import Row, benchmark, summarize
+from bench.harness import Row, bench_tenant, benchmark, summarize
 from config.launcher import background_server
 
 WARMUP = 50
@@ -51,17 +51,10 @@ def _case(port: int, name: str, path: str, headers: dict[str, str], threads: int
 
 @benchmark("api")
 def api_round_trips() -> Sequence[Row]:
-    import django
+    with bench_tenant("bench") as tenant:
+        from tenancy.models import Role
+        from tenancy.services import api_key_create
 
-    django.setup()
-    from django.core.management import call_command
-
-    from tenancy.models import Role, Tenant
-    from tenancy.services import api_key_create, tenant_create
-
-    call_command("migrate", verbosity=0)
-    tenant = tenant_create(slug=f"bench-{int(time.time())}")
-    try:
         secret = api_key_create(tenant=tenant, name="bench", role=Role.ADMIN).secret
         auth = {"Authorization": f"Bearer {secret}"}
         with background_server() as (port, _):
@@ -70,5 +63,3 @@ def api_round_trips() -> Sequence[Row]:
                 _case(port, "GET /api/v1/me", "/api/v1/me", auth, 1),
                 _case(port, "GET /api/v1/me", "/api/v1/me", auth, THREADS),
             ]
-    finally:
-        Tenant.objects.filter(id=tenant.id).delete()

@@ -43,9 +43,14 @@ class Thread(TenantOwned):
     updated_at = models.BigIntegerField(default=now_us)
     last_activity_at = models.BigIntegerField(default=now_us)
     terminated_at = models.BigIntegerField(null=True, blank=True)
-    # Incremented by each flow that takes the thread's lock; writes of a flow are
-    # conditional on it, so a worker whose lock expired cannot write (engine issue).
+    # Incremented by each holder of the thread's lock; writes of a flow are
+    # conditional on it, so a worker whose lock expired cannot write.
     fence = models.BigIntegerField(default=0)
+    # Set by POST .../stop; only a new user message clears it (queued work waits).
+    stop_requested = models.BooleanField(default=False)
+    # The side acting in the running flow ("" when none runs): a worker that finds it set
+    # took over from one that died mid-flow, and resumes that side.
+    acting_side = models.CharField(max_length=1, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -214,6 +219,8 @@ class QueuedWork(ThreadOwned):
     payload = models.JSONField(default=dict)
     created_at = models.BigIntegerField(default=now_us, editable=False)
     consumed_at = models.BigIntegerField(null=True, blank=True)
+    # The fence of the flow that consumed it (None: discarded by terminate).
+    consumed_fence = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]

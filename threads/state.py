@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents import selectors as definitions
 from agents.documents import AgentDoc, PromptDoc
-from agents.providers.base import ModelSpec
+from agents.providers.base import AbortSignal, ModelSpec
 from common.errors import NotAvailable, NotFound
 from threads.events import publish
 from threads.models import Thread
@@ -23,6 +23,7 @@ from threads.services import logs, messages
 
 if TYPE_CHECKING:
     from threads.models import ThreadFile
+    from threads.runtime.engine import Flow
 
 
 @dataclass
@@ -37,13 +38,19 @@ class ExecutionState:
     stopped: bool = False
     stopped_by: Literal["a", "b"] | None = None
     message_history: list[dict[str, Any]] = field(default_factory=list)
-    abort_signal: threading.Event = field(default_factory=threading.Event)
+    abort_signal: AbortSignal = field(default_factory=AbortSignal)
     forced_side: Literal["a", "b"] | None = None
+    # Tools queued by state.queue_tool during the step; they run after its own calls.
+    tool_queue: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def force_turn(self, side: Literal["a", "b"]) -> None:
+        """The next turn goes to ``side`` (forcing a human side parks the flow)."""
+        if side not in ("a", "b"):
+            raise ValueError("side must be 'a' or 'b'")
         self.forced_side = side
 
     def stop(self) -> None:
+        """Stop the flow as a user stop would: the model call and tools are aborted."""
         self.stopped = True
         self.abort_signal.set()
 
@@ -76,12 +83,18 @@ class ThreadState:
         self._tool_env = dict(tool_env or {})
         self._prompt_name = prompt_name
         self._not_packable_runtime_context: dict[str, Any] | None = None
+        self._flow: Flow | None = None  # set by the engine for tools and hooks of a flow
 
     # Identity ------------------------------------------------------------------
 
     @property
     def thread(self) -> Thread:
         return self._thread
+
+    @property
+    def prompt_name(self) -> str | None:
+        """The prompt this state acts for (a tool's or hook's prompt), when known."""
+        return self._prompt_name
 
     @property
     def thread_id(self) -> str:
@@ -138,24 +151,69 @@ class ThreadState:
         silent: bool = False,
         metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Persist a message now; it starts nothing. ``before_create_message`` may change
+        content, metadata and silent, and its error prevents the insert (spec §8)."""
+        from agents.registry import HookName
+        from threads.runtime.hooks import thread_hooks
+
+        hooks = thread_hooks(self)
+        proposed: dict[str, Any] = {"role": role, "content": content, "silent": silent,
+                                    "metadata": dict(metadata or {})}  # fmt: skip
+        changed = hooks.transform_strict(HookName.BEFORE_CREATE_MESSAGE, proposed)
+        if isinstance(changed, Mapping):
+            proposed.update({key: changed[key] for key in ("content", "silent", "metadata")
+                             if key in changed})  # fmt: skip
         created = messages.message_inject(
-            thread=self._thread, role=role, content=content, silent=silent, metadata=metadata
-        )
+            thread=self._thread, role=role, content=proposed["content"],
+            silent=bool(proposed["silent"]), metadata=proposed["metadata"],
+        )  # fmt: skip
+        hooks.notify(HookName.AFTER_CREATE_MESSAGE, messages.message_json(created))
         return messages.message_json(created)
 
     def update_message(
         self, message_id: str, *, content: Any = messages.UNSET, metadata: Any = messages.UNSET
     ) -> dict[str, Any]:
+        """Change content and/or merge metadata, through ``before_update_message`` (which may
+        change the updates) and ``after_update_message``."""
+        from agents.registry import HookName
+        from threads.runtime.hooks import thread_hooks
+
+        hooks = thread_hooks(self)
+        updates = {key: value for key, value in (("content", content), ("metadata", metadata))
+                   if value is not messages.UNSET}  # fmt: skip
+        changed = hooks.transform(HookName.BEFORE_UPDATE_MESSAGE, updates, message_id)
+        if isinstance(changed, Mapping):
+            updates = dict(changed)
         updated = messages.message_update(
-            thread=self._thread, message_id=message_id, content=content, metadata=metadata
-        )
+            thread=self._thread, message_id=message_id,
+            content=updates.get("content", messages.UNSET),
+            metadata=updates.get("metadata", messages.UNSET),
+        )  # fmt: skip
+        hooks.notify(HookName.AFTER_UPDATE_MESSAGE, messages.message_json(updated))
         return messages.message_json(updated)
 
     def delete_message(self, message_id: str) -> bool:
         return messages.message_delete(thread=self._thread, message_id=message_id)
 
-    def queue_message(self, **message: Any) -> None:
-        raise _engine_only("queue_message", "execution engine")
+    def queue_message(
+        self,
+        *,
+        role: str,
+        content: str | None,
+        attachments: Any = (),
+        silent: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Queue a message: drained before the next step, or starts execution when idle
+        (``user`` -> side A acts, ``assistant`` -> side B). Returns the message id it will
+        have. Conflict on a terminated thread."""
+        from threads.services.inbox import message_queue
+
+        work = message_queue(
+            thread=self._thread, role=role, content=content, attachments=list(attachments),
+            silent=silent, metadata=metadata,
+        )  # fmt: skip
+        return str(work.payload["message_id"])
 
     # Logs ----------------------------------------------------------------------
 
@@ -334,10 +392,21 @@ class ThreadState:
     # Engine-backed (later) -----------------------------------------------------------
 
     def queue_tool(self, name: str, args: Mapping[str, Any] | None = None) -> None:
-        raise _engine_only("queue_tool", "execution engine")
+        """During execution: run after the current step's tool calls. At rest: starts a
+        standalone execution that runs it, then lets side A respond."""
+        if self.execution is not None:
+            self.execution.tool_queue.append((name, dict(args or {})))
+            return
+        from threads.services.inbox import tool_queue
+
+        tool_queue(thread=self._thread, name=name, args=args)
 
     def invoke_tool(self, name: str, args: Mapping[str, Any] | None = None) -> Any:
-        raise _engine_only("invoke_tool", "execution engine")
+        """Run a tool now and return its ToolResult. At rest a silent system message anchors
+        the call in the history (``metadata.status_kind = "runtime_tool_invocation"``)."""
+        from threads.runtime.invoke import tool_invoke
+
+        return tool_invoke(state=self, name=name, args=dict(args or {}))
 
     def schedule_effect(self, name: str, args: Any = None, delay_ms: int = 0) -> str:
         raise _engine_only("schedule_effect", "effects runner")
@@ -352,10 +421,20 @@ class ThreadState:
         raise _engine_only("run_code", "sandbox")
 
     def terminate(self) -> None:
-        raise _engine_only("terminate", "execution engine")
+        """Soft-terminate (spec runtime §10): later sends are refused (409), in-flight work
+        is aborted. Idempotent."""
+        from threads.services.control import thread_terminate
 
-    def stop_session(self, **options: Any) -> None:
-        raise _engine_only("stop_session", "execution engine")
+        thread_terminate(thread=self._thread)
+        if self.execution is not None:
+            self.execution.abort_signal.set()
+
+    def stop_session(self, *, result: str = "Session stopped.", **options: Any) -> None:
+        """End the current session after this step (``state_stop_session``). Needs an
+        active execution."""
+        if self.execution is None or self._flow is None:
+            raise NotAvailable("stop_session needs an active execution (a tool or hook of a flow)")
+        self._flow.stop_session(result)
 
     def notify_parent(self, content: str) -> None:
         raise _engine_only("notify_parent", "subagents support")

@@ -138,19 +138,30 @@ def web_bind() -> tuple[str, int]:
     return _get("HOST") or "127.0.0.1", int(port)
 
 
+def _positive(name: str, default: int) -> int:
+    raw = _get(name) or str(default)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ImproperlyConfigured(f"{name} must be a positive number, got {raw!r}")
+    return int(raw)
+
+
 def db_pool_size() -> int:
     """Most PostgreSQL connections one process holds (its pool's max_size)."""
-    raw = _get("DB_POOL_SIZE") or "20"
-    if not raw.isdigit() or int(raw) < 1:
-        raise ImproperlyConfigured(f"DB_POOL_SIZE must be a positive number, got {raw!r}")
-    return int(raw)
+    return _positive("DB_POOL_SIZE", 20)
 
 
 def celery_concurrency() -> int:
-    raw = _get("CELERY_CONCURRENCY") or "8"
-    if not raw.isdigit() or int(raw) < 1:
-        raise ImproperlyConfigured(f"CELERY_CONCURRENCY must be a positive number, got {raw!r}")
-    return int(raw)
+    return _positive("CELERY_CONCURRENCY", 8)
+
+
+def thread_lock_ttl_ms() -> int:
+    """How long a crashed worker's thread lock outlives it (renewed while it runs)."""
+    return _positive("THREAD_LOCK_TTL_MS", 15_000)
+
+
+def thread_sweep_interval_s() -> int:
+    """How often beat re-wakes threads with work but no live worker."""
+    return _positive("THREAD_SWEEP_INTERVAL_S", 10)
 
 
 # Secrets -------------------------------------------------------------------

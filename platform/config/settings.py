@@ -140,7 +140,11 @@ CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env.celery_concurrency()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {}
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    "sweep-threads": {"task": "threads.sweep_threads", "schedule": env.thread_sweep_interval_s()},
+}
+# A thread's lock (threads.runtime.lock) expires this long after its holder stops renewing.
+THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

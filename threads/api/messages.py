@@ -1,7 +1,8 @@
-"""``/api/v1/threads/{id}/messages``: list (spec query options), get, update, delete, inject.
+"""``/api/v1/threads/{id}/messages``: list (spec query options), send, get, update, delete,
+inject; and the run controls ``continue``, ``stop`` and ``terminate``.
 
-Posting a message that *runs* the agent (``POST .../messages``, 202) comes with the engine;
-``POST .../messages/inject`` stores one without running anything.
+``POST .../messages`` queues a message that runs the agent and answers 202 at once with the
+queued item; ``POST .../messages/inject`` stores one without running anything.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from rest_framework.response import Response
 
 from common.errors import NotFound
 from threads.api.base import ThreadScopedView
-from threads.models import MessageRole
+from threads.models import MessageRole, QueuedWork
+from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
+from threads.services.control import STOPPED_BY_USER, thread_stop, thread_terminate
+from threads.services.inbox import (
+    QUEUEABLE_ROLES,
+    continue_queue,
+    message_queue,
+    terminated_error,
+)
 from threads.services.messages import (
     UNSET,
     message_delete,
@@ -35,6 +44,37 @@ class MessageListQuery(serializers.Serializer[Any]):
     order = serializers.ChoiceField(choices=["asc", "desc"], default="desc")
     include_silent = serializers.BooleanField(default=False)
     depth = serializers.IntegerField(min_value=0, required=False)
+
+
+class MessageSendInput(serializers.Serializer[Any]):
+    content = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, trim_whitespace=False
+    )
+    role = serializers.ChoiceField(choices=QUEUEABLE_ROLES, default="user")
+    attachments = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=MAX_ATTACHMENTS,
+        help_text="[{name, mimeType, data (base64), width?, height?}]",
+    )  # fmt: skip
+    silent = serializers.BooleanField(default=False)
+    metadata = serializers.DictField(required=False)
+
+
+class ContinueInput(serializers.Serializer[Any]):
+    side = serializers.ChoiceField(choices=["a", "b"], default="a")
+
+
+def queued_json(work: QueuedWork) -> dict[str, Any]:
+    """The 202 answer: the queued item and, for a message, its optimistic shape."""
+    body: dict[str, Any] = {"status": "queued", "queue_id": work.id, "kind": work.kind}
+    payload = work.payload
+    if "message_id" in payload:
+        body["message_id"] = payload["message_id"]
+        body["message"] = {
+            "id": payload["message_id"], "role": payload["role"], "content": payload["content"],
+            "attachments": payload["attachments"], "silent": payload["silent"],
+            "metadata": payload["metadata"], "status": "queued", "created_at": work.created_at,
+        }  # fmt: skip
+    return body
 
 
 class MessageInjectInput(serializers.Serializer[Any]):
@@ -72,6 +112,28 @@ class MessageListView(ThreadScopedView):
             {"messages": [message_json(m) for m in rows], "total": page.total,
              "has_more": page.has_more}
         )  # fmt: skip
+
+    @extend_schema(
+        request=MessageSendInput, responses={202: OpenApiTypes.OBJECT},
+        operation_id="thread_messages_send",
+    )  # fmt: skip
+    def post(self, request: Request, thread_id: str) -> Response:
+        """Queue a message and run the agent; answers 202 with the queued item at once.
+
+        ``user`` (default) and ``system`` messages call on side A, ``assistant`` on side B.
+        A user message lifts a stop. 409 ``terminated`` on a terminated thread."""
+        payload = MessageSendInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        thread = self.thread()
+        if thread.terminated_at is not None:
+            raise terminated_error()
+        refs = attachments_store(thread=thread, items=data.get("attachments", []))
+        work = message_queue(
+            thread=thread, role=data["role"], content=data.get("content"), attachments=refs,
+            silent=data["silent"], metadata=data.get("metadata"),
+        )  # fmt: skip
+        return Response(queued_json(work), status=status.HTTP_202_ACCEPTED)
 
 
 class MessageInjectView(ThreadScopedView):
@@ -114,7 +176,43 @@ class MessageDetailView(ThreadScopedView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class ContinueView(ThreadScopedView):
+    @extend_schema(request=ContinueInput, responses={202: OpenApiTypes.OBJECT})
+    def post(self, request: Request, thread_id: str) -> Response:
+        """Let ``side`` (default a) take a turn without a new message; 202 at once."""
+        payload = ContinueInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        work = continue_queue(thread=self.thread(), side=payload.validated_data["side"])
+        return Response(queued_json(work), status=status.HTTP_202_ACCEPTED)
+
+
+class StopView(ThreadScopedView):
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request: Request, thread_id: str) -> Response:
+        """Abort the running flow (its model call at once); unanswered tool calls get
+        ``Execution stopped by user`` results and a system message says so. Queued work
+        waits until the next user message."""
+        thread_stop(thread=self.thread())
+        return Response({"status": "stopped", "message": STOPPED_BY_USER})
+
+
+class TerminateView(ThreadScopedView):
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request: Request, thread_id: str) -> Response:
+        """Soft-terminate: in-flight work is aborted, queued work dropped, later sends are
+        refused with 409. Idempotent."""
+        changed = thread_terminate(thread=self.thread())
+        thread = self.thread()
+        thread.refresh_from_db(fields=["terminated_at"])
+        return Response(
+            {"status": "terminated", "terminated_at": thread.terminated_at, "changed": changed}
+        )
+
+
 urlpatterns = [
+    path("continue", ContinueView.as_view(), name="thread-continue"),
+    path("stop", StopView.as_view(), name="thread-stop"),
+    path("terminate", TerminateView.as_view(), name="thread-terminate"),
     path("messages", MessageListView.as_view(), name="thread-messages"),
     path("messages/inject", MessageInjectView.as_view(), name="thread-message-inject"),
     path("messages/<uuid:message_id>", MessageDetailView.as_view(), name="thread-message-detail"),

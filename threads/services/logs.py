@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 
 from common.errors import ValidationFailed
 from threads.models import Log, Message, Thread
+from threads.services.fence import StaleFence
 
 
 def log_json(log: Log) -> dict[str, Any]:
@@ -23,6 +26,14 @@ def log_json(log: Log) -> dict[str, Any]:
     }
 
 
+# One statement: the row is written only if the flow's fence is still the thread's.
+_FENCED_INSERT = (
+    "INSERT INTO threads_log (id, tenant_id, thread_id, kind, message_id, parent_id, data, "
+    "created_at) SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE EXISTS "
+    "(SELECT 1 FROM threads_thread WHERE id = %s AND fence = %s)"
+)
+
+
 def log_create(
     *,
     thread: Thread,
@@ -30,11 +41,27 @@ def log_create(
     data: Mapping[str, Any],
     message: Message | None = None,
     parent: Log | None = None,
+    fence: int | None = None,
 ) -> Log:
-    return Log.objects.create(
-        tenant=thread.tenant, thread=thread, kind=kind, data=dict(data), message=message,
-        parent=parent,
+    """A log row; with ``fence`` (a flow's write) only while that fence is current, else
+    StaleFence. The fenced insert is one statement without a row lock: logs record what a
+    flow did, and a flow's own message writes are what the fence must stop."""
+    log = Log(
+        tenant_id=thread.tenant_id, thread=thread, kind=kind, data=dict(data),
+        message=message, parent=parent,
     )  # fmt: skip
+    if fence is None:
+        log.save(force_insert=True)
+        return log
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FENCED_INSERT,
+            [log.id, thread.tenant_id, thread.pk, kind, log.message_id, log.parent_id,
+             json.dumps(log.data), log.created_at, thread.pk, fence],
+        )  # fmt: skip
+        if cursor.rowcount != 1:
+            raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: the log is refused")
+    return log
 
 
 def log_list(

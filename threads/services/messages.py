@@ -20,6 +20,7 @@ from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from threads.events import publish
 from threads.models import Message, MessageRole, MessageStatus, Thread
+from threads.services.fence import fence_check, fence_touch
 
 MAX_CONTENT_CHARS = 1_000_000
 MAX_METADATA_BYTES = 64 * 1024
@@ -37,6 +38,7 @@ def message_json(message: Message) -> dict[str, Any]:
     """A message in the spec's shape (Threads §2.1); ``tool_calls`` is a JSON string."""
     return {
         "id": str(message.id),
+        "seq": message.seq,
         "role": message.role,
         "content": message.content,
         "name": message.name or None,
@@ -88,7 +90,7 @@ def message_get(*, thread: Thread, message_id: uuid.UUID | str) -> Message | Non
         return None
 
 
-def _check_content(content: str | None) -> None:
+def check_content(content: str | None) -> None:
     if content is not None and len(content) > MAX_CONTENT_CHARS:
         raise LimitExceeded(
             f"content is {len(content)} characters; the limit is {MAX_CONTENT_CHARS}",
@@ -96,7 +98,7 @@ def _check_content(content: str | None) -> None:
         )
 
 
-def _check_metadata(metadata: object) -> dict[str, Any]:
+def check_metadata(metadata: object) -> dict[str, Any]:
     if not isinstance(metadata, Mapping):
         raise ValidationFailed("metadata must be an object", field="metadata")
     try:
@@ -126,23 +128,35 @@ def message_inject(
     parent: Message | None = None,
     side: str = "",
     status: str = MessageStatus.COMPLETED,
+    id: uuid.UUID | str | None = None,
+    fence: int | None = None,
+    allow_terminated: bool = False,
 ) -> Message:
-    """Persist a message now (it does not start execution). Conflict on a terminated thread."""
+    """Persist a message now (it does not start execution).
+
+    Conflict on a terminated thread; StaleFence when ``fence`` (a flow's write) is stale.
+    ``id`` fixes the id (a queued message keeps the id it was announced with);
+    ``allow_terminated`` lets terminate close a flow's unanswered tool calls.
+    """
     if role not in MessageRole.values:
         raise ValidationFailed(f"role must be one of {', '.join(MessageRole.values)}", field="role")
-    _check_content(content)
-    locked = Thread.objects.select_for_update(no_key=True).get(pk=thread.pk)
-    if locked.terminated_at is not None:
+    check_content(content)
+    created_at = now_us()
+    locked = fence_touch(thread=thread, fence=fence, activity_at=created_at)
+    if locked.terminated_at is not None and not allow_terminated:
         raise Conflict("the thread is terminated; it accepts no new messages", code="terminated")
-    last = Message.objects.filter(thread=locked).aggregate(last=Max("seq"))["last"] or 0
+    last = Message.objects.filter(thread_id=thread.pk).aggregate(last=Max("seq"))["last"] or 0
     message = Message.objects.create(
-        tenant=thread.tenant,
-        thread=locked,
+        **({"id": id} if id is not None else {}),
+        tenant_id=thread.tenant_id,
+        thread=thread,
+        created_at=created_at,
+        updated_at=created_at,
         seq=last + 1,
         role=role,
         content=content,
         silent=silent,
-        metadata=_check_metadata(metadata or {}),
+        metadata=check_metadata(metadata or {}),
         attachments=list(attachments),
         name=name,
         tool_calls=tool_calls,
@@ -153,8 +167,40 @@ def message_inject(
         side=side,
         status=status,
     )
-    Thread.objects.filter(pk=thread.pk).update(last_activity_at=message.created_at)
     transaction.on_commit(lambda: publish(thread, "message.created", message_json(message)))
+    return message
+
+
+@transaction.atomic
+def message_finish(
+    *,
+    message: Message,
+    fence: int,
+    content: str | None,
+    status: str = MessageStatus.COMPLETED,
+    tool_calls: list[dict[str, Any]] | None = None,
+    reasoning_content: str = "",
+    metadata: Mapping[str, Any] | None = None,
+) -> Message:
+    """Fill a flow's pending row with the model's answer (or mark it failed).
+
+    ``metadata`` is merged. Raises StaleFence when ``fence`` is stale.
+    """
+    check_content(content)
+    fence_check(thread=message.thread, fence=fence)
+    message.content = content
+    message.status = status
+    message.tool_calls = tool_calls or None
+    message.reasoning_content = reasoning_content
+    if metadata:
+        message.metadata = check_metadata({**message.metadata, **metadata})
+    message.updated_at = now_us()
+    message.save(
+        update_fields=[
+            "content", "status", "tool_calls", "reasoning_content", "metadata", "updated_at"
+        ]
+    )  # fmt: skip
+    transaction.on_commit(lambda: publish(message.thread, "message.updated", message_json(message)))
     return message
 
 
@@ -169,10 +215,10 @@ def message_update(
     if content is not UNSET:
         if content is not None and not isinstance(content, str):
             raise ValidationFailed("content must be a string or null", field="content")
-        _check_content(content)
+        check_content(content)
         message.content = content
     if metadata is not UNSET:
-        message.metadata = _check_metadata({**message.metadata, **_check_metadata(metadata)})
+        message.metadata = check_metadata({**message.metadata, **check_metadata(metadata)})
     message.updated_at = now_us()
     message.save(update_fields=["content", "metadata", "updated_at"])
     transaction.on_commit(lambda: publish(thread, "message.updated", message_json(message)))
@@ -180,7 +226,12 @@ def message_update(
 
 
 @transaction.atomic
-def message_delete(*, thread: Thread, message_id: uuid.UUID | str) -> bool:
+def message_delete(
+    *, thread: Thread, message_id: uuid.UUID | str, fence: int | None = None
+) -> bool:
+    """Delete a message; False when absent. StaleFence when ``fence`` (a flow's) is stale."""
+    if fence is not None:
+        fence_check(thread=thread, fence=fence)
     message = message_get(thread=thread, message_id=message_id)
     if message is None:
         return False

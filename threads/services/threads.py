@@ -81,7 +81,18 @@ def thread_create(
     for name, item in (env or {}).items():
         thread_env_set(thread=thread, name=name, value=item.value, type=item.type)
     transaction.on_commit(lambda: publish(thread, "thread.created", {"id": str(thread.id)}))
+    _after_thread_created(thread)
     return thread
+
+
+def _after_thread_created(thread: Thread) -> None:
+    """Run ``after_thread_created`` before any execution; a failing hook is logged and does
+    not undo the thread."""
+    from agents.registry import HookName
+    from threads.runtime.hooks import thread_hooks
+    from threads.state import ThreadState
+
+    thread_hooks(ThreadState(thread)).notify(HookName.AFTER_THREAD_CREATED)
 
 
 def thread_list(

@@ -1,0 +1,106 @@
+"""The step cycle in process: context, model call, tools, results, in spec order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.providers.base import AbortSignal
+from agents.registry import HookName, hook
+from tests.threads.runtime.conftest import Engine, prompt
+from threads.models import Log, Message, QueuedWork, Thread
+from threads.runtime.engine import Flow
+from threads.runtime.stops import StopReason
+from threads.services.fence import fence_acquire
+from threads.state import ThreadState
+
+
+def test_user_message_tool_call_result_and_answer_are_persisted_in_order(engine: Engine) -> None:
+    engine.define(
+        prompts=[prompt("helper", tools=["echo"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.tool_calls([{"name": "echo", "arguments": {"text": "hi"}}]).text("It said hi.")
+    message_id = engine.send(thread, "say hi")
+
+    result = engine.drive(thread)
+
+    assert result.reasons == [StopReason.STOP_ON_RESPONSE]
+    rows = list(Message.objects.filter(thread=thread).order_by("seq"))
+    assert [(m.role, m.side, m.content, m.tool_status) for m in rows] == [
+        ("user", "b", "say hi", ""),
+        ("assistant", "a", None, ""),
+        ("tool", "a", "echo: hi", "success"),
+        ("assistant", "a", "It said hi.", ""),
+    ]
+    assert str(rows[0].id) == message_id
+    calls = rows[1].tool_calls or []
+    assert [call["function"]["name"] for call in calls] == ["echo"]
+    assert rows[2].tool_call_id == calls[0]["id"]
+    assert thread.status == "waiting_input"
+    assert engine.tool_calls == [("echo", "hi")]
+    assert QueuedWork.objects.get(thread=thread).consumed_fence == result.fence
+    kinds = list(
+        Log.objects.filter(thread=thread).order_by("created_at").values_list("kind", flat=True)
+    )
+    assert kinds == ["llm", "tool", "llm", "flow"]
+
+
+def test_a_changed_prompt_applies_from_the_next_flow_despite_the_definitions_cache(
+    engine: Engine,
+) -> None:
+    engine.define(
+        prompts=[prompt("helper")], agents=[{"name": "helper", "side_a": {"prompt": "helper"}}]
+    )
+    thread = engine.thread("helper")
+    engine.script.text("first").text("second")
+    engine.send(thread, "one")
+    engine.drive(thread)
+
+    engine.define(
+        prompts=[{**prompt("helper"), "prompt": "You are renamed."}],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    engine.send(thread, "two")
+    engine.drive(thread)
+
+    systems = [request.messages[0].text for request in engine.script.requests]
+    assert systems == ["You are helper.", "You are renamed."]
+
+
+def test_a_flow_ending_with_work_in_the_inbox_leaves_the_thread_queued_not_waiting(
+    engine: Engine, wakes: list[str]
+) -> None:
+    """The status read model never shows a resting status while work waits: a message that
+    arrives after the flow's last drain leaves the thread ``queued`` for the next flow."""
+    late: list[str] = []
+
+    @hook(HookName.AFTER_CREATE_MESSAGE, id="late_sender")
+    def late_sender(state: ThreadState, message: dict[str, Any], context: Any) -> None:
+        if message["role"] == "assistant" and message["content"] == "first" and not late:
+            thread = Thread.objects.get(pk=state.thread_id)
+            late.append(engine.send(thread, "arrived while answering"))
+
+    engine.define(
+        prompts=[prompt("helper", hooks=["late_sender"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.text("first").text("second")
+    engine.send(thread, "hello")
+
+    flow = Flow(thread, fence=fence_acquire(thread=thread), runtime=engine.runtime(),
+                abort=AbortSignal())  # fmt: skip
+    assert flow.run() == StopReason.STOP_ON_RESPONSE
+    thread.refresh_from_db()
+    assert thread.status == "queued"
+    assert late
+    assert QueuedWork.objects.filter(thread=thread, consumed_at__isnull=True).exists()
+
+    engine.drive(thread)
+
+    assert thread.status == "waiting_input"
+    assert engine.history(thread) == [
+        ("user", "hello"), ("assistant", "first"),
+        ("user", "arrived while answering"), ("assistant", "second"),
+    ]  # fmt: skip

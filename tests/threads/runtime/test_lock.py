@@ -1,0 +1,329 @@
+"""The per-thread lock and control signals, against the real Redis (no database needed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypedDict, cast
+
+import pytest
+import redis
+
+from threads.runtime import lock as lock_module
+from threads.runtime.lock import (
+    CONTROL_TTL_MS,
+    LOCK_TTL_MS,
+    RENEW_EVERY_MS,
+    Heartbeat,
+    ThreadLock,
+    control_clear,
+    control_key,
+    control_send,
+    lock_acquire,
+    lock_is_held,
+    lock_key,
+    redis_client,
+)
+
+SHORT_TTL_MS = 300
+
+
+class ThreadIds(TypedDict):
+    tenant_id: uuid.UUID
+    thread_id: uuid.UUID
+
+
+@pytest.fixture
+def ids() -> Iterator[ThreadIds]:
+    """Fresh tenant and thread ids, so no two tests share a key; their keys are deleted after."""
+    ids = ThreadIds(tenant_id=uuid.uuid4(), thread_id=uuid.uuid4())
+    yield ids
+    redis_client().delete(lock_key(**ids), control_key(**ids))
+
+
+def acquired(ids: ThreadIds, ttl_ms: int = LOCK_TTL_MS) -> ThreadLock:
+    held = lock_acquire(**ids, ttl_ms=ttl_ms)
+    assert held is not None
+    return held
+
+
+def pttl(key: str) -> int:
+    """Milliseconds until ``key`` expires (redis-py types sync answers as maybe-awaitable)."""
+    return cast(int, redis_client().pttl(key))
+
+
+def ignore(signal: str) -> None:
+    pass
+
+
+def test_lock_and_control_keys_start_with_the_tenant_id() -> None:
+    tenant_id, thread_id = uuid.uuid4(), uuid.uuid4()
+
+    assert lock_key(tenant_id=tenant_id, thread_id=thread_id) == (
+        f"{tenant_id}:thread:{thread_id}:lock"
+    )
+    assert control_key(tenant_id=tenant_id, thread_id=thread_id) == (
+        f"{tenant_id}:thread:{thread_id}:control"
+    )
+
+
+def test_redis_client_is_built_once_under_concurrent_first_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lock_module, "_client", None)
+    start = threading.Barrier(8)
+
+    def first_use() -> redis.Redis:
+        start.wait()
+        return redis_client()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        clients = list(pool.map(lambda _: first_use(), range(8)))
+
+    assert len({id(client) for client in clients}) == 1
+    assert redis_client() is clients[0]
+
+
+def test_acquire_sets_the_key_with_the_token_and_ttl(ids: ThreadIds) -> None:
+    held = acquired(ids)
+
+    assert held.key == lock_key(**ids)
+    assert len(held.token) == 32
+    assert held.ttl_ms == LOCK_TTL_MS
+    assert redis_client().get(held.key) == held.token.encode()
+    assert 0 < pttl(held.key) <= LOCK_TTL_MS
+    assert not held.lost.is_set()
+
+
+def test_second_acquire_fails_while_the_lock_is_held(ids: ThreadIds) -> None:
+    held = acquired(ids)
+
+    assert lock_acquire(**ids) is None
+    assert redis_client().get(held.key) == held.token.encode()
+
+
+def test_release_frees_the_lock_for_the_next_acquire(ids: ThreadIds) -> None:
+    held = acquired(ids)
+
+    assert held.release() is True
+    assert held.release() is False
+    assert lock_acquire(**ids) is not None
+
+
+def test_release_with_another_token_does_not_delete_the_lock(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    impostor = ThreadLock(key=held.key, token="0" * 32, ttl_ms=LOCK_TTL_MS, renewed_at=0.0)
+
+    assert impostor.release() is False
+    assert redis_client().get(held.key) == held.token.encode()
+    assert held.release() is True
+
+
+def test_lock_is_held_reports_whether_anyone_holds_the_lock(ids: ThreadIds) -> None:
+    assert lock_is_held(**ids) is False
+
+    held = acquired(ids)
+    assert lock_is_held(**ids) is True
+
+    held.release()
+    assert lock_is_held(**ids) is False
+
+
+def test_renew_extends_the_lock_to_a_full_ttl(ids: ThreadIds) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    acquired_at = held.renewed_at
+    time.sleep(0.2)
+
+    assert held.renew() is True
+    assert pttl(held.key) > 200
+    assert held.renewed_at > acquired_at
+    assert not held.lost.is_set()
+
+
+def test_expired_lock_goes_to_the_next_acquirer_and_the_old_holder_cannot_touch_it(
+    ids: ThreadIds,
+) -> None:
+    old = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    time.sleep(SHORT_TTL_MS / 1000 + 0.1)
+
+    assert lock_is_held(**ids) is False
+    new = acquired(ids)
+
+    assert old.renew() is False
+    assert old.lost.is_set()
+    assert old.release() is False
+    assert redis_client().get(new.key) == new.token.encode()
+    assert new.release() is True
+
+
+def test_heartbeat_keeps_a_short_ttl_lock_alive_well_past_its_ttl(ids: ThreadIds) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    lost = threading.Event()
+
+    with Heartbeat(held, **ids, on_signal=ignore, on_lost=lost.set):
+        time.sleep(4 * SHORT_TTL_MS / 1000)
+        assert lock_acquire(**ids) is None
+        assert redis_client().get(held.key) == held.token.encode()
+
+    assert not lost.is_set()
+    assert not held.lost.is_set()
+    assert held.release() is True
+
+
+def test_heartbeat_delivers_control_signals_within_100_ms(ids: ThreadIds) -> None:
+    held = acquired(ids)  # default TTL: the heartbeat blocks for seconds between renewals
+    received: list[tuple[str, float]] = []
+    both = threading.Event()
+
+    def on_signal(signal: str) -> None:
+        received.append((signal, time.monotonic()))
+        if len(received) == 2:
+            both.set()
+
+    with Heartbeat(held, **ids, on_signal=on_signal):
+        time.sleep(0.1)  # the heartbeat is now blocked in BLPOP
+        sent_at = time.monotonic()
+        control_send(**ids, signal="stop")
+        control_send(**ids, signal="terminate")
+        assert both.wait(timeout=1.0)
+
+    assert [signal for signal, _ in received] == ["stop", "terminate"]
+    assert received[1][1] - sent_at < 0.1
+    assert redis_client().exists(control_key(**ids)) == 0
+
+
+def test_heartbeat_delivers_signals_sent_before_it_started(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    received: list[str] = []
+    delivered = threading.Event()
+    control_send(**ids, signal="terminate")
+
+    def on_signal(signal: str) -> None:
+        received.append(signal)
+        delivered.set()
+
+    with Heartbeat(held, **ids, on_signal=on_signal):
+        assert delivered.wait(timeout=1.0)
+
+    assert received == ["terminate"]
+
+
+def test_heartbeat_survives_an_on_signal_that_raises(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    received: list[str] = []
+    second = threading.Event()
+
+    def on_signal(signal: str) -> None:
+        received.append(signal)
+        if len(received) == 1:
+            raise RuntimeError("handler bug")
+        second.set()
+
+    with Heartbeat(held, **ids, on_signal=on_signal):
+        control_send(**ids, signal="stop")
+        control_send(**ids, signal="terminate")
+        assert second.wait(timeout=1.0)
+
+    assert received == ["stop", "terminate"]
+    assert not held.lost.is_set()
+
+
+def test_heartbeat_calls_on_lost_once_when_the_key_is_stolen(ids: ThreadIds) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    calls: list[float] = []
+    lost = threading.Event()
+
+    def on_lost() -> None:
+        calls.append(time.monotonic())
+        lost.set()
+
+    with Heartbeat(held, **ids, on_signal=ignore, on_lost=on_lost):
+        redis_client().set(held.key, "thief", px=5_000)
+        assert lost.wait(timeout=1.0)
+        time.sleep(2 * SHORT_TTL_MS / 1000)  # a live heartbeat would renew and call again
+
+    assert len(calls) == 1
+    assert held.lost.is_set()
+    assert redis_client().get(held.key) == b"thief"
+    assert held.release() is False
+    assert redis_client().get(held.key) == b"thief"
+
+
+def test_heartbeat_declares_the_lock_lost_when_redis_fails_past_the_ttl(
+    ids: ThreadIds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
+    monkeypatch.setattr(lock_module, "redis_client", lambda: unreachable)
+    lost = threading.Event()
+
+    with Heartbeat(held, **ids, on_signal=ignore, on_lost=lost.set):
+        assert lost.wait(timeout=2.0)
+        lost_after = time.monotonic() - held.renewed_at
+
+    assert held.lost.is_set()
+    assert SHORT_TTL_MS / 1000 <= lost_after < 1.0
+
+
+def test_heartbeat_exit_returns_promptly_while_blocked(ids: ThreadIds) -> None:
+    held = acquired(ids)  # default TTL: one BLPOP would block for up to two seconds
+    heartbeat = Heartbeat(held, **ids, on_signal=ignore)
+    heartbeat.__enter__()
+    time.sleep(0.1)
+
+    started = time.monotonic()
+    heartbeat.__exit__(None, None, None)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 0.1
+    assert elapsed < RENEW_EVERY_MS / 1000
+
+
+def test_heartbeat_exit_does_not_release_the_lock(ids: ThreadIds) -> None:
+    held = acquired(ids)
+
+    with Heartbeat(held, **ids, on_signal=ignore):
+        pass
+
+    assert redis_client().get(held.key) == held.token.encode()
+
+
+def test_heartbeat_rejects_a_renew_interval_not_shorter_than_the_ttl(ids: ThreadIds) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+
+    with pytest.raises(ValueError, match=r"renew_every_ms must be in \(0, 300\), got 300"):
+        Heartbeat(held, **ids, on_signal=ignore, renew_every_ms=SHORT_TTL_MS)
+    with pytest.raises(ValueError, match=r"renew_every_ms must be in \(0, 300\), got 0"):
+        Heartbeat(held, **ids, on_signal=ignore, renew_every_ms=0)
+
+
+def test_control_send_queues_signals_that_expire_after_a_minute(ids: ThreadIds) -> None:
+    control_send(**ids, signal="stop")
+    control_send(**ids, signal="terminate")
+
+    key = control_key(**ids)
+    assert redis_client().lrange(key, 0, -1) == [b"stop", b"terminate"]
+    assert CONTROL_TTL_MS - 1_000 < pttl(key) <= CONTROL_TTL_MS
+
+
+def test_control_send_rejects_an_unknown_signal(ids: ThreadIds) -> None:
+    with pytest.raises(ValueError, match="unknown control signal 'pause'"):
+        control_send(**ids, signal="pause")
+
+    assert redis_client().exists(control_key(**ids)) == 0
+
+
+def test_control_clear_removes_pending_signals(ids: ThreadIds) -> None:
+    control_send(**ids, signal="stop")
+    control_send(**ids, signal="terminate")
+
+    control_clear(**ids)
+
+    assert redis_client().exists(control_key(**ids)) == 0
+    received: list[str] = []
+    with Heartbeat(acquired(ids), **ids, on_signal=received.append):
+        time.sleep(0.2)
+    assert received == []

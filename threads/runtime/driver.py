@@ -1,0 +1,194 @@
+"""``drive_thread``: the holder of a thread's lock runs its flows until the inbox is empty.
+
+1. Take the per-thread Redis lock (never wait: the holder drains the inbox anyway) and
+   the next fence; a heartbeat renews the lock and relays stop/terminate signals.
+2. If the previous holder died mid-flow, close its open calls and resume its side.
+3. Run flows while the inbox has work and the thread is neither stopped nor terminated.
+4. Release the lock, then look at the inbox again and re-enqueue when work arrived in
+   between (no lost wake-ups).
+The beat sweeper re-enqueues threads with work (or a dead flow) and no live lock holder.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import connection
+from django.db.models import Exists, OuterRef
+
+from agents.providers.base import AbortSignal
+from threads.models import Message, MessageRole, QueuedWork, Thread, ThreadStatus
+from threads.runtime.engine import Flow, Runtime, Side
+from threads.runtime.lock import Heartbeat, control_clear, lock_acquire, lock_is_held
+from threads.runtime.stops import StopReason
+from threads.services.control import stop_finalize
+from threads.services.fence import StaleFence, fence_acquire, fence_retire, thread_fenced_update
+from threads.services.inbox import work_discard
+from threads.services.recovery import close_unanswered_calls
+
+logger = logging.getLogger(__name__)
+
+INTERRUPTED = "Interrupted: the worker running this flow stopped before the tool call finished"
+SWEEP_BATCH = 1000
+
+
+@dataclass
+class DriveResult:
+    acquired: bool
+    fence: int | None = None
+    reasons: list[StopReason] = field(default_factory=list)
+    stale: bool = False
+
+
+def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) -> DriveResult:
+    """Run ``thread_id``'s pending work if no one else is; see the module docstring.
+    Idempotent: a duplicate delivery finds the lock taken or the inbox empty."""
+    thread = Thread.objects.select_related("tenant").filter(pk=thread_id).first()
+    if thread is None:
+        return DriveResult(acquired=False)
+    lock = lock_acquire(tenant_id=thread.tenant_id, thread_id=thread.pk)
+    if lock is None:
+        return DriveResult(acquired=False)
+    result = DriveResult(acquired=True)
+    abort = AbortSignal()
+    try:
+        result.fence = fence = fence_acquire(thread=thread)
+        control_clear(tenant_id=thread.tenant_id, thread_id=thread.pk)
+        with Heartbeat(
+            lock,
+            tenant_id=thread.tenant_id,
+            thread_id=thread.pk,
+            on_signal=lambda _signal: abort.set(),
+            on_lost=lambda: _lock_lost(thread, fence, abort),
+        ):
+            _run_flows(thread, fence, runtime or Runtime(release_connection=True), abort, result)
+    except StaleFence as error:
+        result.stale = True
+        logger.warning("thread %s: %s; this worker stops writing", thread.pk, error.message)
+    finally:
+        lock.release()
+    if not result.reasons or result.reasons[-1] != StopReason.STEP_ERROR:
+        _wake_if_needed(thread)
+    return result
+
+
+def _lock_lost(thread: Thread, fence: int, abort: AbortSignal) -> None:
+    """The heartbeat found the lock gone (this runs on its thread). Retire the fence before
+    aborting, so the flow's abort handling cannot write either: a lost lock is not a user's
+    stop, and the thread stays ``running`` for the sweeper to hand to the next worker."""
+    try:
+        fence_retire(thread=thread, fence=fence)
+    finally:
+        connection.close()  # the heartbeat thread's own connection, back to the pool
+        abort.set()
+
+
+def _run_flows(
+    thread: Thread, fence: int, runtime: Runtime, abort: AbortSignal, result: DriveResult
+) -> None:
+    resume = _recover(thread, fence)
+    while not abort.is_set:
+        pending = _refresh(thread)
+        if thread.terminated_at is not None:
+            work_discard(thread=thread)
+            return
+        if thread.stop_requested:
+            if thread.status != ThreadStatus.STOPPED:
+                stop_finalize(thread=thread, fence=fence)
+            return
+        if resume is None and not pending:
+            if not result.reasons and thread.status == ThreadStatus.QUEUED:
+                thread_fenced_update(thread=thread, fence=fence, status=ThreadStatus.IDLE)
+            return
+        try:
+            flow = Flow(thread, fence=fence, runtime=runtime, abort=abort, resume_side=resume)
+            reason = flow.run()
+        except StaleFence:
+            raise
+        except Exception:
+            # A bug or a broken definition: the thread shows "failed" and waits for a new
+            # message or continue instead of being retried in a loop.
+            logger.exception("thread %s: the flow failed", thread.pk)
+            thread_fenced_update(
+                thread=thread, fence=fence, status=ThreadStatus.FAILED, acting_side=""
+            )
+            reason = StopReason.STEP_ERROR
+        resume = None
+        result.reasons.append(reason)
+        if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED, StopReason.STEP_ERROR):
+            return
+
+
+def _recover(thread: Thread, fence: int) -> Side | None:
+    """After a worker died mid-flow (the thread still says running): close its open calls
+    and return the side to resume, or None when its turn had ended."""
+    if thread.status != ThreadStatus.RUNNING and not thread.acting_side:
+        return None
+    logger.warning("thread %s: taking over a flow whose worker stopped", thread.pk)
+    close_unanswered_calls(thread=thread, fence=fence, reason=INTERRUPTED)
+    if thread.acting_side in ("a", "b"):
+        side: Side = "a" if thread.acting_side == "a" else "b"
+        return side
+    last = (
+        Message.objects.filter(thread_id=thread.pk, depth=0)
+        .exclude(role=MessageRole.SYSTEM)
+        .order_by("-seq")
+        .first()
+    )
+    if last is None or (last.role == MessageRole.ASSISTANT and not last.tool_calls):
+        return None
+    if last.role == MessageRole.USER and not last.tool_calls:
+        return "a" if last.side != "a" else "b"
+    return "b" if last.side == "b" else "a"
+
+
+def _refresh(thread: Thread) -> bool:
+    """Reload what the driver decides on, in one query; True when the inbox has work."""
+    row = (
+        Thread.objects.filter(pk=thread.pk)
+        .annotate(
+            pending=Exists(
+                QueuedWork.objects.filter(thread_id=OuterRef("pk"), consumed_at__isnull=True)
+            )
+        )
+        .values("terminated_at", "stop_requested", "status", "agent_name", "pending")
+        .get()
+    )
+    pending = bool(row.pop("pending"))
+    for name, value in row.items():
+        setattr(thread, name, value)
+    return pending
+
+
+def _wake_if_needed(thread: Thread) -> None:
+    pending = _refresh(thread)
+    if thread.terminated_at is None and not thread.stop_requested and pending:
+        from threads.tasks import drive_thread
+
+        drive_thread.delay(str(thread.pk))
+
+
+def threads_sweep() -> int:
+    """Re-enqueue threads that have inbox work or a flow marked running, and no live lock
+    holder (a crashed worker, a lost broker message). Returns how many were woken. A
+    failed or stopped thread is left alone: it waits for a new message."""
+    from threads.tasks import drive_thread
+
+    waiting = QueuedWork.objects.filter(
+        consumed_at__isnull=True,
+        thread__status__in=[ThreadStatus.QUEUED, ThreadStatus.RUNNING],
+        thread__stop_requested=False,
+        thread__terminated_at__isnull=True,
+    ).values_list("thread_id", "tenant_id")
+    running = Thread.objects.filter(
+        status=ThreadStatus.RUNNING, terminated_at__isnull=True
+    ).values_list("id", "tenant_id")
+    candidates = dict(waiting.distinct()[:SWEEP_BATCH]) | dict(running[:SWEEP_BATCH])
+    woken = 0
+    for thread_id, tenant_id in candidates.items():
+        if not lock_is_held(tenant_id=tenant_id, thread_id=thread_id):
+            drive_thread.delay(str(thread_id))
+            woken += 1
+    return woken

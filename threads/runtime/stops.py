@@ -1,0 +1,92 @@
+"""Stop rules (spec DIGEST §5.3): the reasons a flow ends and the pure checks behind them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from agents.documents import AgentDoc, SideConfig, binding_name
+from agents.providers.base import ToolCall
+from threads.runtime.tools import ToolOutcome
+
+GLOBAL_STEP_CAP = 250
+REPEATED_ERROR_LIMIT = 8
+
+
+class StopReason(StrEnum):
+    """Why a flow ended (spec DIGEST §5.3 codes, plus ``terminated`` and ``idle``)."""
+
+    SESSION_FAIL = "session_fail"
+    SESSION_STOP = "session_stop"
+    STOP_TOOL = "stop_tool"
+    STOP_ON_RESPONSE = "stop_on_response"
+    MAX_SIDE_STEPS = "max_side_steps"
+    MAX_SESSION_TURNS = "max_session_turns"
+    MAX_TOTAL_STEPS = "max_total_steps"
+    REPEATED_TOOL_ERROR = "repeated_tool_error"
+    ABORTED_BY_USER = "aborted_by_user"
+    STEP_ERROR = "step_error"
+    STATE_STOP_SESSION = "state_stop_session"
+    HOOK_BLOCKED = "hook_blocked"
+    FORCED_HUMAN_TURN = "forced_human_turn"
+    AWAITING_HUMAN = "awaiting_human"
+    TERMINATED = "terminated"
+    IDLE = "idle"  # the flow found nothing to do
+
+
+def status_after(reason: StopReason, *, human_side: bool) -> str:
+    """The thread status once a flow ended with ``reason``."""
+    if reason == StopReason.ABORTED_BY_USER:
+        return "stopped"
+    if reason == StopReason.TERMINATED:
+        return "terminated"
+    if reason == StopReason.STEP_ERROR:
+        return "failed"
+    return "waiting_input" if human_side else "idle"
+
+
+def global_cap(agent: AgentDoc) -> int:
+    """``max(250, sideA.maxSteps, sideB.maxSteps)`` steps per flow."""
+    sides = [agent.side_a, agent.side_b]
+    return max([GLOBAL_STEP_CAP, *(s.max_steps for s in sides if s and s.max_steps)])
+
+
+def session_stop_reason(side: SideConfig, outcomes: Sequence[ToolOutcome]) -> StopReason | None:
+    """session_fail, then session_stop: the binding tool was called and succeeded."""
+    succeeded = {o.call.name for o in outcomes if o.result.status == "success"}
+    if (name := binding_name(side.session_fail)) and name in succeeded:
+        return StopReason.SESSION_FAIL
+    if (name := binding_name(side.session_stop)) and name in succeeded:
+        return StopReason.SESSION_STOP
+    return None
+
+
+def turn_end(side: SideConfig, content: str, calls: Sequence[ToolCall]) -> StopReason | None:
+    """Why the side's turn ended with this step, or None when it goes on: the stop tool was
+    called (``stop_tool``), or (``stop_on_response``) the answer has text and no tool calls;
+    a side with neither rule ends a turn with every step (legacy, ``stop_on_response``)."""
+    if side.stop_tool and any(call.name == side.stop_tool for call in calls):
+        return StopReason.STOP_TOOL
+    if side.stop_on_response:
+        return StopReason.STOP_ON_RESPONSE if content.strip() and not calls else None
+    return StopReason.STOP_ON_RESPONSE if side.stop_tool is None else None
+
+
+class RepeatedErrors:
+    """Counts identical consecutive tool errors (same tool, same error) across steps."""
+
+    def __init__(self) -> None:
+        self.signature = ""
+        self.count = 0
+
+    def add(self, outcomes: Sequence[ToolOutcome]) -> StopReason | None:
+        for outcome in outcomes:
+            if outcome.result.status == "success":
+                self.signature, self.count = "", 0
+                continue
+            signature = f"{outcome.call.name}\0{outcome.result.error}"
+            self.count = self.count + 1 if signature == self.signature else 1
+            self.signature = signature
+            if self.count >= REPEATED_ERROR_LIMIT:
+                return StopReason.REPEATED_TOOL_ERROR
+        return None

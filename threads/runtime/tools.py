@@ -1,0 +1,296 @@
+"""Running a step's tool calls: one by one, in the order the model returned them.
+
+Every outcome — success, a tool's error, invalid arguments, an unknown tool, an exception —
+is persisted as a tool message (spec runtime §5.2); nothing a tool does crashes the flow.
+Stored content is the result (``Tool executed successfully`` when empty) or
+``Failed to execute tool: <error>``, followed by one ``Attachment path for "<name>": <path>``
+line per attachment (not for session tools, whose attachments ride on the message).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agents.documents import SessionBinding, ToolConfig
+from agents.providers.base import ToolCall
+from agents.registry import HookName, ToolEntry, ToolResult, tool_result_from
+from agents.schemas import ArgumentsInvalid, validate_args
+from common.errors import DomainError
+from threads.models import Message
+from threads.runtime.definitions import ResolvedTool
+from threads.runtime.hooks import Hooks
+from threads.services.attachments import attachment_at, attachments_store
+from threads.services.control import STOPPED_BY_USER
+
+if TYPE_CHECKING:
+    from threads.runtime.engine import Flow
+    from threads.state import ThreadState
+
+SUCCESS_WITHOUT_RESULT = "Tool executed successfully"
+
+
+class FlowAborted(Exception):
+    """The flow's abort signal fired (a user stop or terminate); raised at a checkpoint."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    call: ToolCall
+    result: ToolResult
+    stored: Message | None  # None: an after_tool_call_* hook said "store nothing"
+
+
+def call_json(call: ToolCall) -> dict[str, Any]:
+    """A tool call as hooks see it."""
+    return {"id": call.id, "name": call.name, "arguments": dict(call.arguments)}
+
+
+def stored_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """Tool calls in the stored (OpenAI) shape: arguments as a JSON string."""
+    return [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+        }
+        for call in calls
+    ]
+
+
+def call_function_tool(
+    entry: ToolEntry, state: ThreadState, arguments: Mapping[str, Any]
+) -> ToolResult:
+    """Call a registry tool with validated arguments. Raises what the tool raises."""
+    parsed = entry.parse_args(dict(arguments))
+    value = entry.function(state, parsed) if entry.takes_args else entry.function(state)
+    return tool_result_from(value)
+
+
+def as_text(value: object) -> str:
+    """A tool argument as message text: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def failure_text(error: str) -> str:
+    return f"Failed to execute tool: {error}"
+
+
+class ToolRunner:
+    """Runs calls for one prompt and side, storing results under ``parent`` (None: top level)."""
+
+    def __init__(
+        self,
+        flow: Flow,
+        *,
+        prompt_name: str,
+        side: str,
+        tools: Mapping[str, ResolvedTool],
+        hooks: Hooks,
+        parent: Message | None,
+        session_bindings: Mapping[str, SessionBinding] | None = None,
+    ) -> None:
+        self.flow = flow
+        self.prompt_name = prompt_name
+        self.side = side
+        self.tools = tools
+        self.hooks = hooks
+        self.parent = parent
+        self.bindings = dict(session_bindings or {})
+
+    def run(self, calls: Sequence[ToolCall], *, issuer: Message) -> list[ToolOutcome]:
+        """Run ``calls`` (issued by ``issuer``) in order. On abort, the calls not yet run get
+        ``Execution stopped by user`` error results, then FlowAborted propagates."""
+        outcomes: list[ToolOutcome] = []
+        for index, call in enumerate(calls):
+            if self.flow.aborted:
+                for unanswered in calls[index:]:
+                    self._store(
+                        unanswered, ToolResult.failure(STOPPED_BY_USER), None, verbatim=True
+                    )
+                raise FlowAborted
+            outcomes.append(self.run_one(call, issuer=issuer))
+        return outcomes
+
+    def run_one(
+        self, call: ToolCall, *, issuer: Message, forced: ResolvedTool | None = None
+    ) -> ToolOutcome:
+        self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
+        self.flow.publish("tool.started", {"tool_call_id": call.id, "name": call.name})
+        started = time.perf_counter()
+        resolved = forced or self.tools.get(call.name)
+        result = self._execute(call, resolved, issuer)
+        hook = (
+            HookName.AFTER_TOOL_CALL_SUCCESS
+            if result.status == "success"
+            else HookName.AFTER_TOOL_CALL_FAILURE
+        )
+        after = self.hooks.transform(hook, result, call_json(call), keep_none=True)
+        stored: Message | None = None
+        if after is not None:
+            result = tool_result_from(after)
+            result = tool_result_from(
+                self.hooks.transform(HookName.BEFORE_STORE_TOOL_RESULT, result, call_json(call))
+            )
+            result, attachments = self._session_mapping(call, result)
+            stored = self._store(call, result, attachments)
+        self.hooks.notify(HookName.TOOL_CALL_DONE, call_json(call), result)
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        self.flow.log_tool(
+            call, result, stored, duration_ms, kind=resolved.kind if resolved else None
+        )
+        self.flow.publish(
+            "tool.done", {"tool_call_id": call.id, "name": call.name, "status": result.status}
+        )
+        return ToolOutcome(call, result, stored)
+
+    # Executing -----------------------------------------------------------------------------
+
+    def _execute(
+        self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message
+    ) -> ToolResult:
+        if resolved is None:
+            offered = ", ".join(sorted(self.tools)) or "none"
+            return ToolResult.failure(
+                f"Tool {call.name!r} is not available to prompt {self.prompt_name!r} "
+                f"(its tools: {offered})"
+            )
+        try:
+            arguments = validate_args(resolved.parameters, call.arguments)
+        except ArgumentsInvalid as error:
+            return ToolResult.failure(error.message, code=error.code)
+        try:
+            return self._dispatch(resolved, call, arguments, issuer)
+        except FlowAborted:
+            raise
+        except DomainError as error:
+            return ToolResult.failure(error.message, code=error.code)
+        except Exception as error:  # a tool's bug is reported to the model, never raised
+            return ToolResult.failure(f"{type(error).__name__}: {error}")
+
+    def _dispatch(
+        self, resolved: ResolvedTool, call: ToolCall, arguments: dict[str, Any], issuer: Message
+    ) -> ToolResult:
+        if resolved.kind == "function":
+            assert resolved.entry is not None
+            state = self.flow.tool_state(resolved.config, self.prompt_name)
+            return call_function_tool(resolved.entry, state, arguments)
+        if resolved.kind == "prompt":
+            return self.flow.run_subprompt(resolved, arguments, issuer=issuer, side=self.side)
+        if resolved.kind == "handoff":
+            return self.flow.request_handoff(resolved, arguments)
+        if resolved.kind == "subagent":
+            return ToolResult.failure(
+                f"{resolved.name!r} is a dual_ai agent: it runs as a subagent on a child thread, "
+                "which this platform does not support yet"
+            )
+        return ToolResult.failure(
+            f"{resolved.name!r} is a code tool: code tools run in the sandbox, which this "
+            "deployment does not have yet"
+        )
+
+    # Storing ---------------------------------------------------------------------------------
+
+    def _session_mapping(
+        self, call: ToolCall, result: ToolResult
+    ) -> tuple[ToolResult, list[dict[str, Any]] | None]:
+        """Session bindings store ``message_property`` as the content and attach the files
+        named by ``attachments_property`` (which must exist, else the call is an error)."""
+        binding = self.bindings.get(call.name)
+        if binding is None or result.status != "success":
+            return result, None
+        attachments: list[dict[str, Any]] = []
+        if binding.attachments_property:
+            paths = call.arguments.get(binding.attachments_property) or []
+            paths = [paths] if isinstance(paths, str) else paths
+            try:
+                for path in paths:
+                    if not isinstance(path, str) or not path.startswith("/attachments/"):
+                        raise DomainError(f"{path!r} is not an /attachments/ path")
+                    attachments.append(attachment_at(thread=self.flow.thread, path=path))
+            except DomainError as error:
+                return ToolResult.failure(f"{binding.attachments_property}: {error.message}"), None
+        if binding.message_property:
+            value = call.arguments.get(binding.message_property)
+            if value is not None:
+                result = ToolResult.success(as_text(value), attachments=result.attachments)
+        return result, attachments
+
+    def _store(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        session_attachments: list[dict[str, Any]] | None,
+        *,
+        verbatim: bool = False,
+    ) -> Message:
+        """Store the tool message. ``verbatim`` stores an error as is (the spec's
+        ``Execution stopped by user`` results carry no ``Failed to execute tool:`` prefix)."""
+        content: str
+        if verbatim:
+            content = result.error or ""
+        elif result.status == "success":
+            content = result.result or SUCCESS_WITHOUT_RESULT
+        else:
+            content = failure_text(result.error or "unknown error")
+        refs: list[dict[str, Any]] = list(session_attachments or [])
+        if result.attachments:
+            try:
+                stored = attachments_store(thread=self.flow.thread, items=result.attachments)
+            except DomainError as error:
+                content = failure_text(f"its attachments could not be stored: {error.message}")
+                result = ToolResult.failure(error.message)
+            else:
+                refs.extend(stored)
+                if session_attachments is None:
+                    content += "".join(
+                        f'\nAttachment path for "{ref["name"]}": {ref["path"]}' for ref in stored
+                    )
+        metadata: dict[str, Any] = {"flow_id": self.flow.flow_id}
+        if result.error_code:
+            metadata["error_code"] = result.error_code
+        if result.error_data is not None:
+            metadata["error_data"] = result.error_data
+        return self.flow.create_message(
+            role="tool",
+            content=content,
+            name=call.name,
+            tool_call_id=call.id,
+            tool_status=result.status,
+            side=self.side,
+            parent=self.parent,
+            attachments=refs,
+            metadata=metadata,
+            hooks=self.hooks,
+        )
+
+
+def subprompt_result(
+    config: ToolConfig | None, content: str, outcomes: Sequence[ToolOutcome]
+) -> ToolResult:
+    """What a subprompt returns: its text, its tools' results and its errors, per the
+    ``include_*`` flags (all default true). An error when any of its tool calls failed."""
+    include_text = config is None or config.include_text_response is not False
+    include_calls = config is None or config.include_tool_calls is not False
+    include_errors = config is None or config.include_errors is not False
+    parts: list[str] = []
+    if include_text and content:
+        parts.append(content)
+    failed = False
+    for outcome in outcomes:
+        if outcome.result.status == "success":
+            if include_calls:
+                parts.append(
+                    f"{outcome.call.name}: {outcome.result.result or SUCCESS_WITHOUT_RESULT}"
+                )
+        else:
+            failed = True
+            if include_errors:
+                parts.append(f"Error: {outcome.call.name}: {outcome.result.error}")
+    text = "\n\n".join(parts)
+    if failed:
+        return ToolResult.failure(text or "a tool of the subprompt failed")
+    return ToolResult.success(text)

@@ -1,0 +1,99 @@
+"""The Postgres fence: a worker whose lock expired cannot write (ARCHITECTURE §5).
+
+Each holder of a thread's Redis lock increments ``Thread.fence`` once and passes the
+value it got to every write of its flow. A write locks the thread row and compares; a
+newer holder has incremented the fence, so a stale worker's write raises StaleFence and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from django.db import connection
+from django.db.models import F
+
+from common.errors import Conflict
+from common.time import now_us
+from threads.models import Thread
+
+# Literal SQL (the table is threads_thread): these run on every write of a flow, so they
+# skip the ORM; the columns are LockedThread's.
+_ACQUIRE = "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence"
+_LOCK = (
+    "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
+    "WHERE id = %s FOR NO KEY UPDATE"
+)
+_TOUCH = (
+    "UPDATE threads_thread SET last_activity_at = %s WHERE id = %s "
+    "RETURNING fence, terminated_at, status, stop_requested"
+)
+
+
+class StaleFence(Conflict):
+    """The flow's fence is no longer the thread's: another worker took the thread over."""
+
+    code = "stale_fence"
+
+
+def fence_acquire(*, thread: Thread) -> int:
+    """Take the next fence. Precondition: the caller has just acquired the thread's lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ACQUIRE, [thread.pk])
+        fence: int = cursor.fetchone()[0]
+    return fence
+
+
+def fence_retire(*, thread: Thread, fence: int) -> bool:
+    """Make ``fence`` stale if it is still the thread's: its holder lost the lock, so none of
+    its later writes may land. False when a newer holder has already moved the fence on."""
+    return Thread.objects.filter(pk=thread.pk, fence=fence).update(fence=F("fence") + 1) == 1
+
+
+class LockedThread(NamedTuple):
+    """The columns of a locked thread row that writers decide on."""
+
+    fence: int
+    terminated_at: int | None
+    status: str
+    stop_requested: bool
+
+
+def _checked(row: Any, thread: Thread, fence: int | None) -> LockedThread:
+    locked = LockedThread(*row)
+    if fence is not None and locked.fence != fence:
+        raise StaleFence(
+            f"fence {fence} of thread {thread.pk} is stale (now {locked.fence}): "
+            "another worker holds the thread"
+        )
+    return locked
+
+
+def fence_check(*, thread: Thread, fence: int | None) -> LockedThread:
+    """Lock the thread row (``FOR NO KEY UPDATE``) until the caller's transaction ends.
+
+    Precondition: inside ``transaction.atomic``. ``fence`` None skips the comparison (writes
+    that do not belong to a flow). Raises StaleFence when ``fence`` is not current.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK, [thread.pk])
+        return _checked(cursor.fetchone(), thread, fence)
+
+
+def fence_touch(*, thread: Thread, fence: int | None, activity_at: int) -> LockedThread:
+    """:func:`fence_check` that also records activity, in one statement (a message write)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TOUCH, [activity_at, thread.pk])
+        return _checked(cursor.fetchone(), thread, fence)
+
+
+def thread_fenced_update(*, thread: Thread, fence: int | None, **fields: Any) -> None:
+    """Update thread columns (status, agent_name, ...) if ``fence`` is still current, in one
+    statement. Raises StaleFence otherwise."""
+    rows = Thread.objects.filter(pk=thread.pk)
+    if fence is not None:
+        rows = rows.filter(fence=fence)
+    if rows.update(**fields, updated_at=now_us()) == 0 and fence is not None:
+        raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: another worker holds it")
+    for name, value in fields.items():
+        setattr(thread, name, value)

@@ -1,0 +1,42 @@
+"""Closing what a flow left open: pending answers and tool calls without results.
+
+Used when a flow is stopped or terminated, and by a worker that takes over a thread whose
+previous worker died mid-flow (providers refuse a history with unanswered tool calls).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from threads.models import Message, MessageRole, MessageStatus, Thread
+from threads.services.fence import fence_check
+from threads.services.messages import message_inject
+
+
+@transaction.atomic
+def close_unanswered_calls(*, thread: Thread, fence: int | None, reason: str) -> int:
+    """Delete pending rows and give every tool call without a result an error result whose
+    content is ``reason``. Returns how many results were written. StaleFence if stale."""
+    fence_check(thread=thread, fence=fence)
+    Message.objects.filter(thread_id=thread.pk, status=MessageStatus.PENDING).delete()
+    answered = set(
+        Message.objects.filter(thread_id=thread.pk, role=MessageRole.TOOL).values_list(
+            "tool_call_id", flat=True
+        )
+    )
+    written = 0
+    issuers = Message.objects.filter(thread_id=thread.pk, tool_calls__isnull=False).order_by("seq")
+    for issuer in issuers.select_related("parent"):
+        for call in issuer.tool_calls or []:
+            call_id = str(call.get("id", ""))
+            if not call_id or call_id in answered:
+                continue
+            message_inject(
+                thread=thread, role=MessageRole.TOOL, content=reason,
+                name=str((call.get("function") or {}).get("name", "")), tool_call_id=call_id,
+                tool_status="error", side=issuer.side, parent=issuer.parent, fence=fence,
+                allow_terminated=True,
+            )  # fmt: skip
+            answered.add(call_id)
+            written += 1
+    return written
