@@ -279,3 +279,43 @@ class TenantEnv(TenantOwned):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="tenantenv_unique_name"),
         ]
+
+
+class Event(ThreadOwned):
+    """One persisted fact of a thread's event log (see ``threads.events``).
+
+    ``sequence`` is gap-free per thread: it is taken from the thread's
+    :class:`EventCounter` in the writer's transaction, so a rolled-back write leaves no hole
+    and concurrent writers never share a number.
+    """
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    sequence = models.BigIntegerField()
+    type = models.CharField(max_length=48)
+    payload = models.JSONField(default=dict, blank=True)
+    refs = models.JSONField(null=True, blank=True)
+    flow_id = models.CharField(max_length=64, blank=True)
+    step_id = models.CharField(max_length=80, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    created_at = models.BigIntegerField(default=now_us, editable=False)
+
+    class Meta:
+        ordering = ["sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "sequence"], name="event_unique_sequence"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.sequence} of thread {self.thread_id}"
+
+
+class EventCounter(TenantOwned):
+    """The last event sequence handed out for a thread; its row lock orders the writers."""
+
+    thread = models.OneToOneField(
+        Thread, primary_key=True, on_delete=models.CASCADE, related_name="event_counter"
+    )
+    last_sequence = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"event counter of thread {self.thread_id}: {self.last_sequence}"

@@ -7,7 +7,6 @@ Each test names the clause it proves: "Threads §x" is spec/standard-agents-thre
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -17,8 +16,7 @@ from common.errors import Conflict, NotAvailable
 from tenancy.models import Tenant
 from tests.agents.samples import rich_bundle
 from tests.factories import make_thread
-from threads import events
-from threads.models import QueuedWork, Thread
+from threads.models import Event, QueuedWork, Thread
 from threads.services.logs import log_create
 from threads.state import ExecutionState, ThreadState
 
@@ -198,42 +196,32 @@ def test_context_is_per_execution(thread: Thread) -> None:
     assert second.context == {}
 
 
-class _Collecting:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, Mapping[str, Any]]] = []
-
-    def publish(self, thread: Thread, type: str, payload: Mapping[str, Any]) -> None:
-        self.seen.append((str(thread.id), type, payload))
-
-
-@pytest.fixture
-def collected() -> Iterator[_Collecting]:
-    sink = _Collecting()
-    previous = events.set_sink(sink)
-    yield sink
-    events.set_sink(previous)
+def _logged(thread: Thread) -> list[tuple[int, str, dict[str, Any]]]:
+    return [
+        (event.sequence, event.type, event.payload)
+        for event in Event.objects.for_tenant(thread.tenant).filter(thread=thread)
+    ]
 
 
-def test_emit_publishes_a_custom_event(
-    state: ThreadState, thread: Thread, collected: _Collecting
-) -> None:
-    """Threads §6: emit(event, data) broadcasts a custom event."""
+def test_emit_records_a_custom_event(state: ThreadState, thread: Thread) -> None:
+    """Threads §6: emit(event, data) produces a custom event in the thread's log."""
     state.emit("progress", {"done": 3})
 
-    assert collected.seen == [(str(thread.id), "custom", {"name": "progress", "data": {"done": 3}})]
+    assert _logged(thread) == [(1, "custom", {"name": "progress", "data": {"done": 3}})]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_message_writes_publish_events_after_commit(tenant: Tenant, collected: _Collecting) -> None:
-    """ARCHITECTURE §6: facts become events, published after commit."""
-    state = ThreadState(make_thread(tenant))
+def test_message_writes_record_events_in_order(tenant: Tenant) -> None:
+    """ARCHITECTURE §6: facts become events with a gap-free per-thread sequence."""
+    thread = make_thread(tenant)
+    state = ThreadState(thread)
 
     message = state.inject_message(role="user", content="hi")
     state.update_message(message["id"], content="hello")
     state.delete_message(message["id"])
 
-    assert [type for _, type, _ in collected.seen] == [
-        "message.created", "message.updated", "message.deleted",
+    assert [(sequence, type) for sequence, type, _ in _logged(thread)] == [
+        (1, "message.created"), (2, "message.updated"), (3, "message.deleted"),
     ]  # fmt: skip
 
 
@@ -265,28 +253,29 @@ def test_execution_state_controls() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_kv_writes_publish_kv_changed_without_the_value(
-    tenant: Tenant, collected: _Collecting
-) -> None:
+def test_kv_writes_publish_kv_changed_without_the_value(tenant: Tenant) -> None:
     """DIGEST §16: every write/delete broadcasts kv_changed {key, deleted, updated_at}."""
-    state = ThreadState(make_thread(tenant))
+    thread = make_thread(tenant)
+    state = ThreadState(thread)
 
     state.set_value("plan", {"secret": "s3cr3t"})
     state.set_value("plan", None)
 
-    kinds = [(type, payload["key"], payload["deleted"]) for _, type, payload in collected.seen]
+    seen = _logged(thread)
+    kinds = [(type, payload["key"], payload["deleted"]) for _, type, payload in seen]
     assert kinds == [("kv.changed", "plan", False), ("kv.changed", "plan", True)]
-    assert "s3cr3t" not in repr(collected.seen)
+    assert "s3cr3t" not in repr(seen)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_file_writes_publish_file_changed(tenant: Tenant, collected: _Collecting) -> None:
+def test_file_writes_publish_file_changed(tenant: Tenant) -> None:
     """ARCHITECTURE §6: file changes become events, whoever makes them."""
-    state = ThreadState(make_thread(tenant))
+    thread = make_thread(tenant)
+    state = ThreadState(thread)
 
     state.write_file("/docs/a.txt", "hello", "text/plain")
     state.unlink_file("/docs/a.txt")
     state.rmdir_file("/docs")
 
-    changes = [(p["path"], p["change"]) for _, t, p in collected.seen if t == "file.changed"]
+    changes = [(p["path"], p["change"]) for _, t, p in _logged(thread) if t == "file.changed"]
     assert changes == [("/docs/a.txt", "written"), ("/docs/a.txt", "deleted"), ("/docs", "deleted")]

@@ -40,7 +40,7 @@ from agents.registry import HookName, ToolResult
 from common.errors import Conflict
 from common.ids import new_id
 from common.time import now_us
-from threads.events import publish
+from threads.events import publish, turn_ended
 from threads.models import Message, MessageStatus, Thread, WorkKind
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
@@ -150,7 +150,7 @@ class Flow:
         """Run until a stop condition; returns the reason. StaleFence propagates (the
         thread belongs to another worker now: nothing more may be written)."""
         started = now_us()
-        self.publish("flow.started", {"flow_id": self.flow_id, "fence": self.fence})
+        self.publish("turn.started", {"flow_id": self.flow_id, "fence": self.fence})
         try:
             reason = self._loop()
         except FlowAborted:
@@ -171,14 +171,14 @@ class Flow:
             thread=self.thread, fence=self.fence,
             status=status_after(reason, human_side=self._human("b")),
         )  # fmt: skip
-        self.publish("thread.status", {"status": rested})
+        self.publish("thread.status", {"status": rested, "reason": str(reason)})
         logs.log_create(
             thread=self.thread, kind="flow", fence=self.fence,
             data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
                   "started_at": started, "ended_at": now_us(),
                   "steps": self.execution.step_count, "agent": self.agent.name},
         )  # fmt: skip
-        self.publish("flow.ended", {"flow_id": self.flow_id, "reason": str(reason)})
+        self.publish(turn_ended(reason), {"flow_id": self.flow_id, "reason": str(reason)})
         return reason
 
     # The loop ----------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ class Flow:
             ended = turn_end(side, step.content, step.calls)
             if ended is not None:
                 self.turns[acting] += 1
-                self.publish("turn.completed", {"side": acting, "turns": dict(self.turns)})
+                self.publish("side.completed", {"side": acting, "turns": dict(self.turns)})
                 if self.execution.forced_side is not None:
                     continue  # force_turn decides who acts next (the loop's top applies it)
                 other: Side = "b" if acting == "a" else "a"
@@ -512,7 +512,10 @@ class Flow:
         assert agent is not None
         thread_fenced_update(thread=self.thread, fence=self.fence, agent_name=agent.name)
         self.agent = agent
-        self.publish("agent.handoff", {"agent": agent.name})
+        self.publish(
+            "thread.updated",
+            {"id": str(self.thread.pk), "fields": ["agent_name"], "agent": agent.name},
+        )
         if handoff.message is not None or handoff.attachments:
             self.create_message(
                 role="user", content=handoff.message, side="b", attachments=handoff.attachments,

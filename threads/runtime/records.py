@@ -30,6 +30,8 @@ class CallTimer:
         self.started_at = now_us()
         self._start = time.perf_counter()
         self.first_token_ms: float | None = None
+        prompt = message.metadata.get("prompt", "") if isinstance(message.metadata, dict) else ""
+        self.publish("model.requested", {"message_id": str(message.id), "prompt": prompt})
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self._start) * 1000, 3)
@@ -38,7 +40,7 @@ class CallTimer:
         if isinstance(chunk, ContentDelta | ReasoningDelta):
             if self.first_token_ms is None:
                 self.first_token_ms = self.elapsed_ms()
-            kind = "model.delta" if isinstance(chunk, ContentDelta) else "model.reasoning_delta"
+            kind = "model.delta" if isinstance(chunk, ContentDelta) else "reasoning.delta"
             self.publish(
                 kind,
                 {"message_id": str(self.message.id), "depth": self.message.depth,

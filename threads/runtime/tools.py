@@ -142,9 +142,6 @@ class ToolRunner:
         self.flow.log_tool(
             call, result, stored, duration_ms, kind=resolved.kind if resolved else None
         )
-        self.flow.publish(
-            "tool.done", {"tool_call_id": call.id, "name": call.name, "status": result.status}
-        )
         return ToolOutcome(call, result, stored)
 
     # Executing -----------------------------------------------------------------------------

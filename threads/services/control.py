@@ -54,7 +54,7 @@ def stop_finalize(*, thread: Thread, fence: int, flow_id: str | None = None) -> 
         thread=thread, role="system", content=STOPPED_BY_USER, metadata=metadata, fence=fence
     )
     thread_fenced_update(thread=thread, fence=fence, status=ThreadStatus.STOPPED, acting_side="")
-    transaction.on_commit(lambda: publish(thread, "stopped_by_user", {"status": "stopped"}))
+    publish(thread, "thread.status", {"status": ThreadStatus.STOPPED, "reason": "aborted_by_user"})
 
 
 def thread_terminate(*, thread: Thread) -> bool:
@@ -71,5 +71,5 @@ def thread_terminate(*, thread: Thread) -> bool:
         thread.terminated_at, thread.status = now, ThreadStatus.TERMINATED
         work_discard(thread=thread)
         transaction.on_commit(lambda: _signal(thread, "terminate"))
-        transaction.on_commit(lambda: publish(thread, "thread.terminated", {"terminated_at": now}))
+        publish(thread, "thread.terminated", {"id": str(thread.pk), "terminated_at": now})
     return True

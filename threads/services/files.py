@@ -18,7 +18,7 @@ Contracts:
   skipped and at most ``limit`` matching lines are returned.
 * :func:`file_find` globs: ``*`` any run within a segment, ``**`` any depth, ``?`` one
   character within a segment; a pattern without a leading ``/`` matches anywhere.
-* Writes run under ``transaction.atomic``; they emit no events (the ThreadState facade does).
+* Writes run under ``transaction.atomic``; each records its ``file.changed`` event in it.
 
 Caps, each named in its :class:`LimitExceeded` message: :data:`MAX_FILE_BYTES`,
 :data:`MAX_METADATA_BYTES`, :data:`MAX_GREP_LIMIT`, :data:`MAX_FIND_RESULTS`.
@@ -489,7 +489,7 @@ def file_unlink(*, thread: Thread, path: str) -> bool:
 
 def _announce(thread: Thread, path: str, change: str) -> None:
     """Publish ``file.changed`` (path and what happened) after commit."""
-    transaction.on_commit(lambda: publish(thread, "file.changed", {"path": path, "change": change}))
+    publish(thread, "file.changed", {"path": path, "change": change})
 
 
 def file_delete_all(*, thread: Thread) -> None:

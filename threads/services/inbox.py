@@ -77,7 +77,7 @@ def work_enqueue(
     work = QueuedWork.objects.create(
         tenant_id=thread.tenant_id, thread=thread, kind=kind, payload=dict(payload)
     )
-    transaction.on_commit(lambda: publish(thread, "queue.added", work_json(work)))
+    publish(thread, "queue.changed", {"change": "added", "item": work_json(work)})
     _drive_on_commit(thread)
     return work
 
@@ -160,8 +160,8 @@ def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
             # Consumed work and "running" commit together: a worker that dies now leaves a
             # thread the sweeper sees and the next worker resumes.
             Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.RUNNING)
-    if items:
-        publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
+            publish(thread, "queue.changed", {"change": "taken", "count": len(items)})
+            publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
     return items
 
 

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 
 from common.errors import ValidationFailed
+from threads.events import EventType, publish
 from threads.models import Log, Message, Thread
 from threads.services.fence import StaleFence
 
@@ -45,7 +46,49 @@ def log_create(
 ) -> Log:
     """A log row; with ``fence`` (a flow's write) only while that fence is current, else
     StaleFence. The fenced insert is one statement without a row lock: logs record what a
-    flow did, and a flow's own message writes are what the fence must stop."""
+    flow did, and a flow's own message writes are what the fence must stop.
+
+    A model-call log (``llm``) commits with its ``model.completed``/``model.failed`` event,
+    a tool-call log (``tool``) with its ``tool.result``/``tool.failed`` event."""
+    event = _log_event(kind, data)
+    if event is None:
+        return _log_insert(thread, kind, data, message, parent, fence)
+    with transaction.atomic():
+        log = _log_insert(thread, kind, data, message, parent, fence)
+        payload = {**_event_payload(kind, data), "log_id": str(log.id)}
+        if kind == "llm":
+            payload["message_id"] = str(message.id) if message is not None else None
+        publish(thread, event, payload)
+    return log
+
+
+def _log_event(kind: str, data: Mapping[str, Any]) -> str | None:
+    if kind == "llm":
+        return EventType.MODEL_FAILED if data.get("error") else EventType.MODEL_COMPLETED
+    if kind == "tool":
+        return EventType.TOOL_RESULT if data.get("status") == "success" else EventType.TOOL_FAILED
+    return None
+
+
+def _event_payload(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary an event carries; the log row keeps the detail."""
+    common = {"flow_id": data.get("flow_id") or ""}
+    if kind == "llm":
+        return {**common, "model": data.get("model", ""),
+                "total_tokens": data.get("total_tokens", 0),
+                "latency_ms": data.get("latency_ms", 0.0), "error": data.get("error")}  # fmt: skip
+    return {**common, "tool_call_id": data.get("tool_call_id", ""), "name": data.get("tool", ""),
+            "status": data.get("status", ""), "error": data.get("error")}  # fmt: skip
+
+
+def _log_insert(
+    thread: Thread,
+    kind: str,
+    data: Mapping[str, Any],
+    message: Message | None,
+    parent: Log | None,
+    fence: int | None,
+) -> Log:
     log = Log(
         tenant_id=thread.tenant_id, thread=thread, kind=kind, data=dict(data),
         message=message, parent=parent,

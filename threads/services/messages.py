@@ -167,7 +167,7 @@ def message_inject(
         side=side,
         status=status,
     )
-    transaction.on_commit(lambda: publish(thread, "message.created", message_json(message)))
+    publish(thread, "message.created", message_json(message))
     return message
 
 
@@ -200,7 +200,7 @@ def message_finish(
             "content", "status", "tool_calls", "reasoning_content", "metadata", "updated_at"
         ]
     )  # fmt: skip
-    transaction.on_commit(lambda: publish(message.thread, "message.updated", message_json(message)))
+    publish(message.thread, "message.updated", message_json(message))
     return message
 
 
@@ -221,7 +221,7 @@ def message_update(
         message.metadata = check_metadata({**message.metadata, **check_metadata(metadata)})
     message.updated_at = now_us()
     message.save(update_fields=["content", "metadata", "updated_at"])
-    transaction.on_commit(lambda: publish(thread, "message.updated", message_json(message)))
+    publish(thread, "message.updated", message_json(message))
     return message
 
 
@@ -236,5 +236,5 @@ def message_delete(
     if message is None:
         return False
     message.delete()
-    transaction.on_commit(lambda: publish(thread, "message.deleted", {"id": str(message_id)}))
+    publish(thread, "message.deleted", {"id": str(message_id)})
     return True

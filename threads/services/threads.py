@@ -80,7 +80,7 @@ def thread_create(
     )
     for name, item in (env or {}).items():
         thread_env_set(thread=thread, name=name, value=item.value, type=item.type)
-    transaction.on_commit(lambda: publish(thread, "thread.created", {"id": str(thread.id)}))
+    publish(thread, "thread.created", {"id": str(thread.id), "agent": thread.agent_name})
     _after_thread_created(thread)
     return thread
 
@@ -148,7 +148,7 @@ def thread_update(
         thread.metadata = dict(metadata)
     thread.updated_at = now_us()
     thread.save(update_fields=["tags", "metadata", "updated_at"])
-    transaction.on_commit(lambda: publish(thread, "thread.updated", {"id": str(thread.id)}))
+    publish(thread, "thread.updated", {"id": str(thread.id), "fields": ["tags", "metadata"]})
     return thread
 
 

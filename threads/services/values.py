@@ -260,7 +260,7 @@ def value_set(*, thread: Thread, key: str, value: Any) -> ValueChange:
 def _announced(thread: Thread, change: ValueChange) -> ValueChange:
     """Publish ``kv.changed`` (key, deleted, updated_at; never the value) after commit."""
     payload = {"key": change.key, "deleted": change.deleted, "updated_at": change.updated_at}
-    transaction.on_commit(lambda: publish(thread, "kv.changed", payload))
+    publish(thread, "kv.changed", payload)
     return change
 
 
