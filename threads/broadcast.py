@@ -96,6 +96,7 @@ def broadcast(groups: Sequence[str], envelope: Mapping[str, Any]) -> None:
     encoded = json.dumps(envelope, cls=DjangoJSONEncoder)
     message: dict[str, Any] = {
         "type": MESSAGE_TYPE,
+        "event_type": envelope.get("type"),
         "sequence": envelope.get("sequence"),
         "json": encoded if len(encoded) <= MAX_INLINE_CHARS else None,
     }

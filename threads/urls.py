@@ -1,7 +1,7 @@
 from django.urls import include, path
 
 from common.api import Router
-from threads.api import endpoints, env, files, logs, messages, values
+from threads.api import endpoints, env, events, files, logs, messages, values
 from threads.api.threads import ThreadViewSet
 
 router = Router()
@@ -10,6 +10,7 @@ router.register("threads", ThreadViewSet, basename="thread")
 thread_routes = [
     *messages.urlpatterns,
     *logs.urlpatterns,
+    *events.urlpatterns,
     *values.urlpatterns,
     *env.urlpatterns,
     *files.urlpatterns,

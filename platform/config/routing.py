@@ -2,4 +2,6 @@
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from threads.routing import websocket_urlpatterns as thread_sockets
+
+websocket_urlpatterns: list[Any] = [*thread_sockets]

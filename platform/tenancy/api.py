@@ -17,8 +17,9 @@ from tenancy.serializers import (
     ApiKeyCreateInput,
     ApiKeyOutput,
     MeOutput,
+    WsTicketOutput,
 )
-from tenancy.services import api_key_create, api_key_revoke
+from tenancy.services import api_key_create, api_key_revoke, ws_ticket_issue
 from tenancy.viewsets import TenantScopedViewSet, request_principal
 
 
@@ -34,6 +35,22 @@ class MeView(APIView):
             "user": principal.user.get_username() if principal.user else None,
         }
         return Response(MeOutput(data).data)
+
+
+class WsTicketView(APIView):
+    """Any role may open the sockets it may read, so any role gets a ticket."""
+
+    write_role = Role.READ_ONLY
+
+    @extend_schema(
+        request=None,
+        responses={201: WsTicketOutput},
+        summary="A one-time WebSocket ticket for the caller",
+        description="Connect with `?ticket=<ticket>` within `expires_in` seconds; one use.",
+    )
+    def post(self, request: Request) -> Response:
+        issued = ws_ticket_issue(principal=request_principal(request))
+        return Response(WsTicketOutput(issued).data, status=status.HTTP_201_CREATED)
 
 
 class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
@@ -20,7 +21,7 @@ from common.errors import AuthenticationFailed
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.selectors import principal_for_user
-from tenancy.services import api_key_authenticate
+from tenancy.services import api_key_authenticate, ws_ticket_redeem
 
 BEARER_SUBPROTOCOL_PREFIX = "bearer."
 TENANT_HEADER = "X-Tenant"
@@ -89,13 +90,17 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 @database_sync_to_async
 def _scope_principal(scope: Scope) -> Principal | None:
-    """The principal of a socket: API key by header or subprotocol, else the session user."""
+    """The principal of a socket: API key by header or subprotocol, a one-time ``?ticket=``
+    (``POST /api/v1/ws-tickets``), else the session user."""
     authorization = _header(scope, b"authorization")
     if authorization is not None:
         return principal_for_api_key(bearer_token(authorization))
     for protocol in scope.get("subprotocols", []):
         if protocol.startswith(BEARER_SUBPROTOCOL_PREFIX):
             return principal_for_api_key(protocol[len(BEARER_SUBPROTOCOL_PREFIX) :])
+    ticket = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("ticket")
+    if ticket:
+        return ws_ticket_redeem(ticket=ticket[0])
     user = scope.get("user")
     if user is not None and user.is_authenticated:
         return principal_for_user(user=user, tenant_slug=_header(scope, b"x-tenant"))

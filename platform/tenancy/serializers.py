@@ -19,6 +19,11 @@ class MeOutput(serializers.Serializer[object]):
     user = serializers.CharField(allow_null=True)
 
 
+class WsTicketOutput(serializers.Serializer[object]):
+    ticket = serializers.CharField()
+    expires_in = serializers.IntegerField(help_text="seconds the ticket stays valid")
+
+
 class ApiKeyOutput(serializers.ModelSerializer[ApiKey]):
     prefix = serializers.SerializerMethodField()
 

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from common.errors import AuthenticationFailed, Conflict, NotFound, ValidationFailed
@@ -19,6 +20,8 @@ from common.ids import new_id
 from common.time import now
 from tenancy.encryption import new_wrapped_data_key
 from tenancy.models import ApiKey, Membership, Role, Tenant
+from tenancy.principals import Principal
+from tenancy.selectors import principal_for_user
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -145,3 +148,57 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey:
         ApiKey.objects.filter(id=api_key.id).update(last_used_at=moment)
         api_key.last_used_at = moment
     return api_key
+
+
+# WebSocket tickets ----------------------------------------------------------------------------
+
+WS_TICKET_TTL_S = 30
+_TICKET_CACHE_PREFIX = "ws-ticket:"
+
+
+@dataclass(frozen=True)
+class WsTicket:
+    ticket: str
+    expires_in: int
+
+
+def ws_ticket_issue(*, principal: Principal) -> WsTicket:
+    """A one-time ticket standing for ``principal`` on one WebSocket connect (``?ticket=``),
+    valid for ``WS_TICKET_TTL_S`` seconds. Stored in the cache, never in the database."""
+    ticket = secrets.token_urlsafe(32)
+    cache.set(
+        _TICKET_CACHE_PREFIX + ticket,
+        {
+            "tenant_id": str(principal.tenant.id),
+            "api_key_id": str(principal.api_key.id) if principal.api_key else None,
+            "user_id": principal.user.pk if principal.user else None,
+        },
+        timeout=WS_TICKET_TTL_S,
+    )
+    return WsTicket(ticket=ticket, expires_in=WS_TICKET_TTL_S)
+
+
+def ws_ticket_redeem(*, ticket: str) -> Principal:
+    """The principal a ticket stands for; the ticket is spent. The key or membership is
+    checked again (a key revoked since the ticket was issued does not connect).
+
+    Raises AuthenticationFailed (``invalid_ticket``) for an unknown, spent or expired ticket.
+    """
+    key = _TICKET_CACHE_PREFIX + ticket
+    held = cache.get(key)
+    if not isinstance(held, dict) or not cache.delete(key):
+        raise AuthenticationFailed("WebSocket ticket is invalid or spent", code="invalid_ticket")
+    tenant = Tenant.objects.filter(id=held["tenant_id"], is_active=True).first()
+    if tenant is None:
+        raise AuthenticationFailed("tenant is deactivated", code="inactive_tenant")
+    if held["api_key_id"] is not None:
+        api_key = ApiKey.objects.for_tenant(tenant).filter(id=held["api_key_id"]).first()
+        if api_key is None or api_key.revoked or api_key.is_expired(now()):
+            raise AuthenticationFailed("API key is no longer valid", code="invalid_api_key")
+        return Principal(tenant=tenant, role=Role(api_key.role), api_key=api_key)
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(pk=held["user_id"], is_active=True).first()
+    if user is None:
+        raise AuthenticationFailed("user is no longer active", code="unauthenticated")
+    return principal_for_user(user=user, tenant_slug=tenant.slug)

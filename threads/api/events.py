@@ -1,0 +1,176 @@
+"""``/api/v1/threads/{id}/events``: the thread's event log, paged as JSON or followed as
+Server-Sent Events (``Accept: text/event-stream``).
+
+SSE frames are ``id: <sequence>`` (persisted events only), ``event: <type>`` and
+``data: <envelope JSON>``. ``Last-Event-ID`` (sent by EventSource on reconnect) overrides
+``?after=``. Under ASGI the stream replays the log and then follows the thread live, with a
+comment line every ``KEEPALIVE_S`` seconds; under WSGI it replays the log and ends. A
+terminated thread's stream ends after its events; a request for a terminated thread with
+nothing newer is answered ``204`` (EventSource stops reconnecting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.urls import path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from common.errors import ValidationFailed
+from threads.api.base import ThreadScopedView
+from threads.events import EventType, thread_group
+from threads.models import Thread
+from threads.services.events import event_envelopes
+from threads.streams import Delivery, EventCursor
+
+EVENT_STREAM = "text/event-stream"
+KEEPALIVE_S = 15.0
+
+
+class EventStreamRenderer(BaseRenderer):
+    """Lets ``Accept: text/event-stream`` through content negotiation; errors render as JSON."""
+
+    media_type = EVENT_STREAM
+    format = "sse"
+    charset = None
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        rendered: bytes = JSONRenderer().render(data)
+        return rendered
+
+
+class EventListQuery(serializers.Serializer[Any]):
+    after = serializers.IntegerField(min_value=0, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
+
+
+def _after(request: Request, query: EventListQuery) -> int:
+    last_event_id = request.headers.get("Last-Event-ID")
+    if last_event_id is None:
+        return int(query.validated_data["after"])
+    if not last_event_id.strip().isdigit():
+        raise ValidationFailed("Last-Event-ID must be an event sequence", field="Last-Event-ID")
+    return int(last_event_id.strip())
+
+
+def _frame(delivery: Delivery) -> bytes:
+    head = f"id: {delivery.sequence}\n" if delivery.sequence is not None else ""
+    return f"{head}event: {delivery.type}\ndata: {delivery.text}\n\n".encode()
+
+
+class EventListView(ThreadScopedView):
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        parameters=[
+            EventListQuery,
+            OpenApiParameter("Last-Event-ID", str, OpenApiParameter.HEADER, required=False),
+        ],
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="`{events, next_after, has_more}`; with `Accept: "
+                "text/event-stream`, a stream of the same envelopes",
+            ),
+            204: OpenApiResponse(description="terminated thread, nothing after `after`"),
+        },
+        operation_id="thread_events_list",
+    )
+    def get(self, request: Request, thread_id: str) -> HttpResponseBase:
+        query = EventListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        thread = self.thread()
+        after = _after(request, query)
+        if request.accepted_renderer.media_type == EVENT_STREAM:
+            return _event_stream(request, thread, after)
+        limit = int(query.validated_data["limit"])
+        envelopes = event_envelopes(thread=thread, after=after, limit=limit + 1)
+        page = envelopes[:limit]
+        return Response(
+            {
+                "events": page,
+                "next_after": page[-1]["sequence"] if page else after,
+                "has_more": len(envelopes) > limit,
+            }
+        )
+
+
+def _event_stream(request: Request, thread: Thread, after: int) -> HttpResponseBase:
+    if thread.terminated_at is not None and not event_envelopes(
+        thread=thread, after=after, limit=1
+    ):
+        return HttpResponse(status=204)
+    content = (
+        _follow(thread, after)
+        if isinstance(request._request, ASGIRequest)
+        else _replay(thread, after)
+    )
+    response = StreamingHttpResponse(content, content_type=EVENT_STREAM)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _replay(thread: Thread, after: int) -> Iterator[bytes]:
+    """WSGI: the stored events after ``after``, then the end of the stream."""
+    while True:
+        batch = event_envelopes(thread=thread, after=after, limit=500)
+        for item in batch:
+            yield _frame(Delivery(item["type"], item["sequence"], json.dumps(item)))
+            after = item["sequence"]
+        if len(batch) < 500:
+            return
+
+
+async def _follow(thread: Thread, after: int) -> AsyncIterator[bytes]:
+    """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)."""
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    group = thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk)
+    await layer.group_add(group, channel)
+    receiving: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        yield b"retry: 2000\n\n"
+        cursor = EventCursor(thread=thread, after=after)
+        async for delivery in cursor.replay():
+            yield _frame(delivery)
+        if thread.terminated_at is not None:
+            return
+        while True:
+            if receiving is None:
+                receiving = asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({receiving}, timeout=KEEPALIVE_S)
+            if not done:
+                yield b": keepalive\n\n"
+                continue
+            message, receiving = receiving.result(), None
+            for delivery in await cursor.admit(message):
+                yield _frame(delivery)
+                if delivery.type == EventType.THREAD_TERMINATED:
+                    return
+    finally:
+        if receiving is not None:
+            receiving.cancel()
+        await layer.group_discard(group, channel)
+
+
+urlpatterns = [
+    path("events", EventListView.as_view(), name="thread-events"),
+]

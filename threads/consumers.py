@@ -1,0 +1,143 @@
+"""WebSocket consumers: a thread's events (``/ws/threads/{id}/``) and a tenant's thread
+lifecycle (``/ws/events/``).
+
+Both accept the socket first and then close with an application code, so that browsers see
+the code: ``4400`` a malformed ``after``, ``4401`` no valid credentials, ``4404`` no such
+thread in the caller's tenant, ``4410`` the thread is terminated (after its events were
+sent). A client may send ``ping`` (or ``{"type": "ping"}``) and gets ``{"type": "pong"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from tenancy.authentication import BEARER_SUBPROTOCOL_PREFIX
+from tenancy.principals import Principal
+from threads.events import EventType, tenant_group, thread_group
+from threads.models import Thread
+from threads.streams import Delivery, EventCursor
+
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+CLOSE_TERMINATED = 4410
+# After a live ``thread.terminated``, how long the socket stays open for the aborted flow's
+# last events before closing with 4410 (a client that needs them all reconnects with after).
+TERMINATED_DRAIN_S = 1.0
+PONG = json.dumps({"type": "pong"})
+
+
+def _subprotocol(scope: dict[str, Any]) -> str | None:
+    """The subprotocol to accept: the first one offered that is not a credential, else the
+    credential (browsers fail a socket whose offered protocol is not echoed)."""
+    offered: list[str] = list(scope.get("subprotocols") or [])
+    plain = [item for item in offered if not item.startswith(BEARER_SUBPROTOCOL_PREFIX)]
+    chosen = plain or offered
+    return chosen[0] if chosen else None
+
+
+def _thread_of(principal: Principal, thread_id: str) -> Thread | None:
+    return Thread.objects.for_tenant(principal.tenant).filter(id=thread_id).first()
+
+
+def _is_ping(text: str | None) -> bool:
+    if text is None:
+        return False
+    if text.strip() == "ping":
+        return True
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("type") == "ping"
+
+
+class _EventSocket(AsyncWebsocketConsumer):
+    group: str | None = None
+
+    async def _open(self) -> Principal | None:
+        await self.accept(subprotocol=_subprotocol(self.scope))
+        principal: Principal | None = self.scope.get("principal")
+        if principal is None:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+        return principal
+
+    async def _join(self, group: str) -> None:
+        self.group = group
+        await self.channel_layer.group_add(group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if _is_ping(text_data):
+            await self.send(text_data=PONG)
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+
+class ThreadEventsConsumer(_EventSocket):
+    """Replays a thread's events after ``?after=N`` (default 0), then follows it live."""
+
+    cursor: EventCursor | None = None
+    closing: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        principal = await self._open()
+        if principal is None:
+            return
+        thread_id = str(self.scope["url_route"]["kwargs"]["thread_id"])
+        thread = await database_sync_to_async(_thread_of)(principal, thread_id)
+        if thread is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        raw_after = (query.get("after") or ["0"])[0]
+        if not raw_after.isdigit():
+            await self.close(code=CLOSE_BAD_REQUEST)
+            return
+        # Subscribe before replaying: what is published meanwhile waits in the layer and is
+        # de-duplicated against the replay by the cursor.
+        await self._join(thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk))
+        self.cursor = EventCursor(thread=thread, after=int(raw_after))
+        async for delivery in self.cursor.replay():
+            await self.send(text_data=delivery.text)
+        if thread.terminated_at is not None:
+            await self.close(code=CLOSE_TERMINATED)
+
+    async def event_message(self, message: dict[str, Any]) -> None:
+        if self.cursor is None:
+            return
+        for delivery in await self.cursor.admit(message):
+            await self._deliver(delivery)
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        await self.send(text_data=delivery.text)
+        if delivery.type == EventType.THREAD_TERMINATED and self.closing is None:
+            self.closing = asyncio.create_task(self._close_terminated())
+
+    async def _close_terminated(self) -> None:
+        await asyncio.sleep(TERMINATED_DRAIN_S)
+        await self.close(code=CLOSE_TERMINATED)
+
+
+class TenantEventsConsumer(_EventSocket):
+    """Thread lifecycle events of the caller's tenant (created, updated, status, terminated,
+    deleted), live only: they carry their thread's sequence, and a client that needs the
+    history reads each thread's log."""
+
+    async def connect(self) -> None:
+        principal = await self._open()
+        if principal is None:
+            return
+        await self._join(tenant_group(tenant_id=principal.tenant.id))
+
+    async def event_message(self, message: dict[str, Any]) -> None:
+        text = message.get("json")
+        if isinstance(text, str):
+            await self.send(text_data=text)
