@@ -281,15 +281,23 @@ class TenantEnv(TenantOwned):
         ]
 
 
-class Event(ThreadOwned):
+class Event(TenantOwned):
     """One persisted fact of a thread's event log (see ``threads.events``).
 
     ``sequence`` is gap-free per thread: it is taken from the thread's
     :class:`EventCounter` in the writer's transaction, so a rolled-back write leaves no hole
     and concurrent writers never share a number.
+
+    ``thread`` has no database constraint on purpose: checking one takes a share lock on
+    the thread row while the writer holds the counter row, which deadlocks with a writer
+    that holds the thread row (a fenced write) and waits for the counter. Rows still go
+    with their thread: Django cascades the delete.
     """
 
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    thread = models.ForeignKey(
+        Thread, on_delete=models.CASCADE, related_name="events", db_constraint=False
+    )
     sequence = models.BigIntegerField()
     type = models.CharField(max_length=48)
     payload = models.JSONField(default=dict, blank=True)
@@ -312,8 +320,13 @@ class Event(ThreadOwned):
 class EventCounter(TenantOwned):
     """The last event sequence handed out for a thread; its row lock orders the writers."""
 
+    # No database constraint, for the reason given on Event.thread.
     thread = models.OneToOneField(
-        Thread, primary_key=True, on_delete=models.CASCADE, related_name="event_counter"
+        Thread,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="event_counter",
+        db_constraint=False,
     )
     last_sequence = models.BigIntegerField(default=0)
 

@@ -1,0 +1,220 @@
+"""The event log: vocabulary, gap-free sequences, commit and rollback, concurrent writers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection, transaction
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tenancy.models import Tenant
+from tests.factories import make_thread
+from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
+from threads.broadcast import broadcast_flush
+from threads.events import (
+    EPHEMERAL,
+    PAYLOADS,
+    EventType,
+    UnknownEvent,
+    publish,
+    thread_group,
+)
+from threads.models import Event, EventCounter, Thread
+from threads.services.messages import message_inject
+from threads.services.values import value_set
+from threads.state import ThreadState
+
+
+def _log(thread: Thread) -> list[tuple[int, str]]:
+    rows = Event.objects.for_tenant(thread.tenant).filter(thread=thread).order_by("sequence")
+    return list(rows.values_list("sequence", "type"))
+
+
+def test_every_event_type_declares_its_payload() -> None:
+    assert set(PAYLOADS) == set(EventType)
+    assert EPHEMERAL == {"model.delta", "reasoning.delta", "thread.deleted"}
+
+
+def test_a_type_outside_the_vocabulary_is_refused(thread: Thread) -> None:
+    with pytest.raises(UnknownEvent, match="'flow.started' is not an event type"):
+        publish(thread, "flow.started", {})
+
+
+def test_a_payload_missing_a_required_key_is_refused(thread: Thread) -> None:
+    with pytest.raises(UnknownEvent, match=r"kv.changed payload lacks \['deleted', 'updated_at'\]"):
+        publish(thread, "kv.changed", {"key": "k"})
+
+
+def test_events_of_a_thread_are_numbered_from_one_without_gaps(thread: Thread) -> None:
+    state = ThreadState(thread)
+    state.emit("a", 1)
+    state.set_value("k", 1)
+    state.emit("b", 2)
+
+    assert _log(thread) == [(1, "custom"), (2, "kv.changed"), (3, "custom")]
+    assert EventCounter.objects.get(thread=thread).last_sequence == 3
+
+
+def test_model_deltas_are_not_stored(thread: Thread) -> None:
+    assert publish(thread, "model.delta", {"message_id": "m", "depth": 0, "delta": "hi"}) is None
+    assert _log(thread) == []
+
+
+def test_large_message_payloads_are_referenced_not_copied(thread: Thread) -> None:
+    message = message_inject(thread=thread, role="user", content="x" * 20_000)
+
+    event = Event.objects.get(thread=thread, type="message.created")
+    assert "content" not in event.payload
+    assert event.payload["id"] == str(message.id)
+    assert event.refs == {"message": f"/api/v1/threads/{thread.id}/messages/{message.id}"}
+
+
+@pytest.fixture
+def listener(transactional_db: None) -> Iterator[Callable[[Thread], list[dict[str, Any]]]]:
+    """Subscribes a fresh channel to a thread's group; calling it again returns what arrived."""
+    layer = get_channel_layer()
+    assert layer is not None
+    joined: list[tuple[str, str]] = []
+
+    def received(thread: Thread) -> list[dict[str, Any]]:
+        group = thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk)
+        if not any(g == group for g, _ in joined):
+            # A plain channel name (no "!"): received directly, from any event loop.
+            channel = f"listener{uuid.uuid4().hex}"
+            async_to_sync(layer.group_add)(group, channel)
+            joined.append((group, channel))
+            return []
+        assert broadcast_flush()
+        channel = next(c for g, c in joined if g == group)
+        found: list[dict[str, Any]] = []
+
+        async def drain() -> None:
+            while True:
+                try:
+                    found.append(await asyncio.wait_for(layer.receive(channel), 0.3))
+                except TimeoutError:
+                    return
+
+        async_to_sync(drain)()
+        return found
+
+    yield received
+    for group, channel in joined:
+        async_to_sync(layer.group_discard)(group, channel)
+
+
+def test_a_committed_write_is_broadcast_after_commit_and_a_rolled_back_one_never(
+    tenant: Tenant, listener: Callable[[Thread], list[dict[str, Any]]]
+) -> None:
+    thread = make_thread(tenant)
+    listener(thread)
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        value_set(thread=thread, key="lost", value=1)
+        raise RuntimeError("roll back")
+    assert listener(thread) == []
+    assert _log(thread) == []
+
+    value_set(thread=thread, key="kept", value=1)
+
+    arrived = listener(thread)
+    assert [(m["sequence"], m["event_type"]) for m in arrived] == [(1, "kv.changed")]
+    assert _log(thread) == [(1, "kv.changed")]
+
+
+def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
+    engine.define(
+        prompts=[prompt("helper", tools=["echo"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.tool_calls([{"name": "echo", "arguments": {"text": "hi"}}]).text("Done.")
+    engine.send(thread, "say hi")
+
+    engine.drive(thread)
+
+    assert [kind for _, kind in _log(thread)] == [
+        "thread.created", "queue.changed",
+        "turn.started", "queue.changed", "thread.status", "message.created",
+        "step.started", "message.created", "model.requested", "message.updated",
+        "model.completed", "tool.started", "message.created", "tool.result", "step.completed",
+        "step.started", "message.created", "model.requested", "message.updated",
+        "model.completed", "step.completed", "side.completed",
+        "thread.status", "turn.completed",
+    ]  # fmt: skip
+    sequences = [sequence for sequence, _ in _log(thread)]
+    assert sequences == list(range(1, len(sequences) + 1))
+    ended = Event.objects.get(thread=thread, type="turn.completed")
+    assert ended.payload["reason"] == "stop_on_response"
+    assert ended.flow_id == ended.payload["flow_id"]
+
+
+# Concurrent writers --------------------------------------------------------------------------
+
+
+def _write(thread: Thread, op: str, index: int) -> None:
+    if op == "emit":
+        ThreadState(thread).emit("tick", index)
+    elif op == "kv":
+        value_set(thread=thread, key=f"k{index % 3}", value=index)
+    elif op == "message":
+        message_inject(thread=thread, role="user", content=f"m{index}")
+    else:  # a write that rolls back
+        with pytest.raises(RuntimeError), transaction.atomic():
+            ThreadState(thread).emit("lost", index)
+            raise RuntimeError
+
+
+def _race(thread: Thread, plan: list[list[str]]) -> None:
+    """One thread per writer, all released at once; each runs its ops in order."""
+    barrier = threading.Barrier(len(plan))
+    errors: list[BaseException] = []
+
+    def run(ops: list[str], writer: int) -> None:
+        try:
+            barrier.wait()
+            for step, op in enumerate(ops):
+                _write(thread, op, writer * 100 + step)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=run, args=(ops, n)) for n, ops in enumerate(plan)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+
+
+OPS = st.sampled_from(["emit", "kv", "message", "rollback"])
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(
+    max_examples=6,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],  # shrinking races is slow and rarely clearer
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=st.lists(st.lists(OPS, min_size=1, max_size=4), min_size=20, max_size=20))
+def test_twenty_concurrent_writers_leave_a_gap_free_unique_sequence(
+    tenant: Tenant, plan: list[list[str]]
+) -> None:
+    thread = make_thread(tenant)
+
+    _race(thread, plan)
+
+    committed = sum(op != "rollback" for ops in plan for op in ops)
+    sequences = [sequence for sequence, _ in _log(thread)]
+    assert sequences == list(range(1, committed + 1))
+    assert not Event.objects.filter(thread=thread, type="custom", payload__name="lost").exists()
