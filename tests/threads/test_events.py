@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,11 +41,11 @@ def _log(thread: Thread) -> list[tuple[int, str]]:
 
 def test_every_event_type_declares_its_payload() -> None:
     assert set(PAYLOADS) == set(EventType)
-    assert EPHEMERAL == {"model.delta", "reasoning.delta", "thread.deleted"}
+    assert {"model.delta", "reasoning.delta", "thread.deleted"} == EPHEMERAL
 
 
 def test_a_type_outside_the_vocabulary_is_refused(thread: Thread) -> None:
-    with pytest.raises(UnknownEvent, match="'flow.started' is not an event type"):
+    with pytest.raises(UnknownEvent, match=r"'flow\.started' is not an event type"):
         publish(thread, "flow.started", {})
 
 
@@ -111,15 +112,21 @@ def listener(transactional_db: None) -> Iterator[Callable[[Thread], list[dict[st
         async_to_sync(layer.group_discard)(group, channel)
 
 
+def _rolled_back(write: Callable[[], object]) -> None:
+    """Run ``write`` in a transaction that then rolls back (RuntimeError)."""
+    with transaction.atomic():
+        write()
+        raise RuntimeError("roll back")
+
+
 def test_a_committed_write_is_broadcast_after_commit_and_a_rolled_back_one_never(
     tenant: Tenant, listener: Callable[[Thread], list[dict[str, Any]]]
 ) -> None:
     thread = make_thread(tenant)
     listener(thread)
 
-    with pytest.raises(RuntimeError), transaction.atomic():
-        value_set(thread=thread, key="lost", value=1)
-        raise RuntimeError("roll back")
+    with pytest.raises(RuntimeError, match="roll back"):
+        _rolled_back(lambda: value_set(thread=thread, key="lost", value=1))
     assert listener(thread) == []
     assert _log(thread) == []
 
@@ -130,7 +137,7 @@ def test_a_committed_write_is_broadcast_after_commit_and_a_rolled_back_one_never
     assert _log(thread) == [(1, "kv.changed")]
 
 
-def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
+def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:  # noqa: F811
     engine.define(
         prompts=[prompt("helper", tools=["echo"])],
         agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
@@ -167,10 +174,9 @@ def _write(thread: Thread, op: str, index: int) -> None:
         value_set(thread=thread, key=f"k{index % 3}", value=index)
     elif op == "message":
         message_inject(thread=thread, role="user", content=f"m{index}")
-    else:  # a write that rolls back
-        with pytest.raises(RuntimeError), transaction.atomic():
-            ThreadState(thread).emit("lost", index)
-            raise RuntimeError
+    else:
+        with contextlib.suppress(RuntimeError):
+            _rolled_back(lambda: ThreadState(thread).emit("lost", index))
 
 
 def _race(thread: Thread, plan: list[list[str]]) -> None:
@@ -183,7 +189,7 @@ def _race(thread: Thread, plan: list[list[str]]) -> None:
             barrier.wait()
             for step, op in enumerate(ops):
                 _write(thread, op, writer * 100 + step)
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
         finally:
             connection.close()
