@@ -106,7 +106,7 @@ class ThreadEventsConsumer(_EventSocket):
         await self._join(thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk))
         self.cursor = EventCursor(thread=thread, after=int(raw_after))
         async for delivery in self.cursor.replay():
-            await self.send(text_data=delivery.text)
+            await self._deliver(delivery)
         if thread.terminated_at is not None:
             await self.close(code=CLOSE_TERMINATED)
 

@@ -1,0 +1,275 @@
+"""The event sockets over a real channels-redis layer: replay, live, resume, auth, close codes.
+
+Flows run in process with the scripted model, in a thread of their own (as a worker would),
+while the sockets run on the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.db import connection
+from rest_framework.test import APIClient
+
+from config.routing import websocket_urlpatterns
+from tenancy.authentication import TenantAuthMiddlewareStack
+from tenancy.models import Role, Tenant
+from tests.agents.samples import seed_rich
+from tests.factories import make_api_key, make_thread
+from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
+from threads.consumers import TERMINATED_DRAIN_S
+from threads.models import Event, Thread
+from threads.services.control import thread_terminate
+from threads.services.threads import thread_create
+from threads.services.values import value_set
+from threads.state import ThreadState
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+application = TenantAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+Json = dict[str, Any]
+
+
+async def _key(tenant: Tenant, role: Role = Role.READ_ONLY) -> str:
+    issued = await database_sync_to_async(make_api_key)(tenant, role=role)
+    return str(issued.secret)
+
+
+async def _open(path: str, *, key: str | None = None, **options: Any) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+    socket = WebsocketCommunicator(application, path, headers=headers, **options)
+    connected, _ = await socket.connect()
+    assert connected
+    return socket
+
+
+async def _thread_socket(thread: Thread, key: str, after: int = 0) -> WebsocketCommunicator:
+    return await _open(f"/ws/threads/{thread.id}/?after={after}", key=key)
+
+
+async def _receive_until(
+    socket: WebsocketCommunicator, done: Callable[[Json], bool], timeout: float = 10.0
+) -> list[Json]:
+    received: list[Json] = []
+    while True:
+        event = json.loads(await socket.receive_from(timeout=timeout))
+        received.append(event)
+        if done(event):
+            return received
+
+
+async def _close_code(socket: WebsocketCommunicator) -> int:
+    output = await socket.receive_output(timeout=5)
+    assert output["type"] == "websocket.close", output
+    code: int = output["code"]
+    return code
+
+
+def _persisted(events: list[Json]) -> list[Json]:
+    return [event for event in events if event["sequence"] is not None]
+
+
+def _sequences(events: list[Json]) -> list[int]:
+    return [event["sequence"] for event in _persisted(events)]
+
+
+async def _log(thread: Thread) -> list[int]:
+    rows = Event.objects.filter(thread=thread).order_by("sequence")
+    return await database_sync_to_async(lambda: list(rows.values_list("sequence", flat=True)))()
+
+
+async def test_replay_then_live_events_arrive_once_in_order(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    state = ThreadState(thread)
+    for index in range(3):
+        await database_sync_to_async(state.emit)("before", index)
+
+    socket = await _thread_socket(thread, await _key(tenant), after=1)
+    replayed = await _receive_until(socket, lambda e: e["sequence"] == 3)
+    for index in range(3):
+        await database_sync_to_async(state.emit)("after", index)
+    live = await _receive_until(socket, lambda e: e["sequence"] == 6)
+
+    assert _sequences(replayed + live) == [2, 3, 4, 5, 6]
+    assert [e["payload"]["name"] for e in replayed + live] == ["before"] * 2 + ["after"] * 3
+    first = replayed[0]
+    assert first["type"] == "custom"
+    assert first["thread_id"] == first["session_id"] == str(thread.id)
+    assert first["tenant_id"] == str(tenant.id)
+    assert first["schema_version"] == 1
+    assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
+
+
+async def test_a_client_that_reconnects_with_after_gets_exactly_what_it_missed(
+    engine: Engine,  # noqa: F811
+) -> None:
+    await database_sync_to_async(engine.define)(
+        prompts=[prompt("helper", tools=["echo"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = await database_sync_to_async(engine.thread)("helper")
+    for word in ("one", "two", "three"):
+        engine.script.tool_calls([{"name": "echo", "arguments": {"text": word}}])
+    engine.script.text("All three were echoed back, one after the other.").streaming(
+        chunk_size=4, chunk_delay_ms=15
+    )
+    await database_sync_to_async(engine.send)(thread, "echo three words")
+    key = await _key(engine.tenant)
+    steady = await _thread_socket(thread, key)
+    leaving = await _thread_socket(thread, key)
+
+    def drive() -> None:
+        try:
+            engine.drive(thread)
+        finally:
+            connection.close()
+
+    flow = asyncio.ensure_future(sync_to_async(drive, thread_sensitive=False)())
+    before = await _receive_until(leaving, lambda e: e["type"] == "tool.result")
+    await leaving.disconnect()
+    await flow
+    last_seen = _sequences(before)[-1]
+    back = await _thread_socket(thread, key, after=last_seen)
+    after = await _receive_until(back, lambda e: e["type"] == "turn.completed")
+    whole = await _receive_until(steady, lambda e: e["type"] == "turn.completed")
+    await back.disconnect()
+    await steady.disconnect()
+
+    log = await _log(thread)
+    assert _sequences(before) + _sequences(after) == log == list(range(1, len(log) + 1))
+    assert _persisted(before) + _persisted(after) == _persisted(whole)
+    assert "model.delta" in {e["type"] for e in whole}
+    assert last_seen < log[-1] - 5  # it really left mid-flow
+
+
+async def test_another_tenants_key_is_closed_4404_and_receives_nothing(
+    tenant: Tenant, other_tenant: Tenant
+) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    await database_sync_to_async(ThreadState(thread).emit)("private", 1)
+
+    socket = await _thread_socket(thread, await _key(other_tenant))
+
+    assert await _close_code(socket) == 4404
+    await database_sync_to_async(ThreadState(thread).emit)("private", 2)
+    assert await socket.receive_nothing(timeout=0.3)
+
+
+async def test_a_socket_without_valid_credentials_is_closed_4401(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+
+    anonymous = await _open(f"/ws/threads/{thread.id}/")
+    forged = await _open(f"/ws/threads/{thread.id}/", key="sap_aaaaaaaaaaaa_" + "b" * 40)
+
+    assert await _close_code(anonymous) == 4401
+    assert await _close_code(forged) == 4401
+
+
+async def test_a_malformed_after_is_closed_4400(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+
+    socket = await _open(f"/ws/threads/{thread.id}/?after=-1", key=await _key(tenant))
+
+    assert await _close_code(socket) == 4400
+
+
+async def test_a_ticket_opens_one_socket_once(tenant: Tenant) -> None:
+    key = await _key(tenant)
+    thread = await database_sync_to_async(make_thread)(tenant)
+    await database_sync_to_async(ThreadState(thread).emit)("hello", 1)
+
+    def issue() -> str:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        response = client.post("/api/v1/ws-tickets")
+        assert response.status_code == 201, response.content
+        assert response.json()["expires_in"] == 30
+        ticket: str = response.json()["ticket"]
+        return ticket
+
+    ticket = await database_sync_to_async(issue)()
+    first = await _open(f"/ws/threads/{thread.id}/?ticket={ticket}")
+    second = await _open(f"/ws/threads/{thread.id}/?ticket={ticket}")
+
+    assert json.loads(await first.receive_from())["sequence"] == 1
+    assert await _close_code(second) == 4401
+    await first.disconnect()
+
+
+async def test_the_bearer_subprotocol_authenticates_and_is_not_echoed_when_another_is_offered(
+    tenant: Tenant,
+) -> None:
+    key = await _key(tenant)
+    thread = await database_sync_to_async(make_thread)(tenant)
+    socket = WebsocketCommunicator(
+        application, f"/ws/threads/{thread.id}/", subprotocols=["events.v1", f"bearer.{key}"]
+    )
+
+    connected, subprotocol = await socket.connect()
+
+    assert connected
+    assert subprotocol == "events.v1"
+    assert await socket.receive_nothing(timeout=0.2)
+    await socket.disconnect()
+
+
+async def test_ping_is_answered_with_pong(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    socket = await _thread_socket(thread, await _key(tenant))
+
+    await socket.send_to(text_data="ping")
+    assert json.loads(await socket.receive_from()) == {"type": "pong"}
+    await socket.send_to(text_data=json.dumps({"type": "ping"}))
+    assert json.loads(await socket.receive_from()) == {"type": "pong"}
+    await socket.disconnect()
+
+
+async def test_a_terminated_thread_replays_its_events_then_closes_4410(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    await database_sync_to_async(thread_terminate)(thread=thread)
+
+    socket = await _thread_socket(thread, await _key(tenant))
+
+    assert json.loads(await socket.receive_from())["type"] == "thread.terminated"
+    assert await _close_code(socket) == 4410
+
+
+async def test_a_live_terminate_is_delivered_then_the_socket_closes_4410(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    socket = await _thread_socket(thread, await _key(tenant))
+
+    await database_sync_to_async(thread_terminate)(thread=thread)
+
+    assert json.loads(await socket.receive_from())["type"] == "thread.terminated"
+    output = await socket.receive_output(timeout=TERMINATED_DRAIN_S + 3)
+    assert (output["type"], output["code"]) == ("websocket.close", 4410)
+
+
+async def test_the_tenant_stream_carries_lifecycle_events_of_its_tenant_only(
+    tenant: Tenant, other_tenant: Tenant
+) -> None:
+    await database_sync_to_async(seed_rich)(tenant)
+    await database_sync_to_async(seed_rich)(other_tenant)
+    socket = await _open("/ws/events/", key=await _key(tenant))
+
+    await database_sync_to_async(thread_create)(tenant=other_tenant, agent_name="helper")
+    mine = await database_sync_to_async(thread_create)(tenant=tenant, agent_name="helper")
+    await database_sync_to_async(value_set)(thread=mine, key="k", value=1)  # not lifecycle
+    await database_sync_to_async(thread_terminate)(thread=mine)
+
+    received = [json.loads(await socket.receive_from()) for _ in range(2)]
+    assert [(e["type"], e["thread_id"]) for e in received] == [
+        ("thread.created", str(mine.id)),
+        ("thread.terminated", str(mine.id)),
+    ]
+    assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
