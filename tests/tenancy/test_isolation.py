@@ -10,20 +10,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from channels.db import database_sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
 from agents.bundles import bundle_export
 from agents.registry import thread_endpoint, use_registry
+from config.routing import websocket_urlpatterns
+from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import ApiKey, Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_thread
-from threads.models import Log, Message, Thread, ThreadEnv, ThreadFile, ThreadValue
+from threads.models import Event, Log, Message, Thread, ThreadEnv, ThreadFile, ThreadValue
 from threads.services.env import thread_env_set
 from threads.services.files import file_write
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
+from threads.state import ThreadState
 
 pytestmark = pytest.mark.django_db
 
@@ -58,6 +64,12 @@ def _owned_log(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(thread.id), "log_id": str(log.id)}
 
 
+def _owned_events(tenant: Tenant) -> dict[str, str]:
+    thread = make_thread(tenant)
+    ThreadState(thread).emit("secret", {"private": True})
+    return {"thread_id": str(thread.id)}
+
+
 def _owned_value(tenant: Tenant) -> dict[str, str]:
     thread = make_thread(tenant)
     value_set(thread=thread, key="plan", value={"private": True})
@@ -87,6 +99,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-message-detail": _owned_message,
     "thread-logs": _owned_thread,
     "thread-log-detail": _owned_log,
+    "thread-events": _owned_events,
     "thread-endpoint": lambda tenant: {**_owned_thread(tenant), "route": "ping"},
     "thread-kv": _owned_thread,
     "thread-kv-detail": _owned_value,
@@ -126,6 +139,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(ThreadValue.objects.for_tenant(tenant).values()),
         list(ThreadEnv.objects.for_tenant(tenant).values()),
         list(ThreadFile.objects.for_tenant(tenant).values()),
+        list(Event.objects.for_tenant(tenant).values()),
     )
 
 
@@ -193,3 +207,38 @@ def test_other_tenants_objects_never_appear_in_lists(
     listed = client_for(other_tenant, Role.ADMIN).get("/api/v1/api-keys").json()
 
     assert "a-only" not in {item["name"] for item in listed["results"]}
+
+
+# WebSocket paths ------------------------------------------------------------------------------
+
+# Socket route name -> builds an object of the given tenant and returns the path to open.
+SOCKET_ROUTES: dict[str, Callable[[Tenant], str]] = {
+    "ws-thread-events": lambda tenant: f"/ws/threads/{_owned_events(tenant)['thread_id']}/",
+}
+
+
+def test_every_socket_route_with_a_parameter_is_covered() -> None:
+    names = {entry.name for entry in websocket_urlpatterns if entry.pattern.regex.groupindex}
+    assert names == set(SOCKET_ROUTES)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("route_name", sorted(SOCKET_ROUTES))
+async def test_other_tenants_key_is_closed_4404_on_every_socket_and_receives_nothing(
+    route_name: str, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    path = await database_sync_to_async(SOCKET_ROUTES[route_name])(tenant)
+    secret = (await database_sync_to_async(make_api_key)(other_tenant, role=Role.ADMIN)).secret
+    socket = WebsocketCommunicator(
+        TenantAuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+        path,
+        headers=[(b"authorization", f"Bearer {secret}".encode())],
+    )
+
+    connected, _ = await socket.connect()
+
+    assert connected  # accepted so that the close code reaches browsers
+    output = await socket.receive_output(timeout=5)
+    assert (output["type"], output.get("code")) == ("websocket.close", 4404)
+    await socket.wait()
