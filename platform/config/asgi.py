@@ -11,15 +11,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID2
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from tenancy.authentication import TenantAuthMiddlewareStack  # noqa: E402
+from tenancy.authentication import BrowserOriginValidator, TenantAuthMiddlewareStack  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": BrowserOriginValidator(
             TenantAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }

@@ -12,6 +12,8 @@ from urllib.parse import parse_qs
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
+from channels.security.websocket import OriginValidator
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
@@ -130,3 +132,18 @@ class PrincipalMiddleware:
 def TenantAuthMiddlewareStack(inner: Any) -> Any:  # noqa: N802 - mirrors Channels' naming
     """Sessions and users (Channels' stack), then API keys and tenant principals."""
     return AuthMiddlewareStack(PrincipalMiddleware(inner))
+
+
+class _BrowserOriginValidator(OriginValidator):
+    def valid_origin(self, parsed_origin: Any) -> bool:
+        return parsed_origin is None or bool(super().valid_origin(parsed_origin))
+
+
+def BrowserOriginValidator(inner: Any) -> Any:  # noqa: N802 - mirrors Channels' naming
+    """Refuses a socket whose ``Origin`` is not one of ``ALLOWED_HOSTS`` (cross-site WebSocket
+    hijacking), and lets one without ``Origin`` through: browsers always send it, so such a
+    socket comes from a program, which authenticates with a key or a ticket like any other."""
+    allowed: list[str] = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = ["localhost", "127.0.0.1", "[::1]"]
+    return _BrowserOriginValidator(inner, allowed)
