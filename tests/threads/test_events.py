@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -224,3 +225,53 @@ def test_twenty_concurrent_writers_leave_a_gap_free_unique_sequence(
     sequences = [sequence for sequence, _ in _log(thread)]
     assert sequences == list(range(1, committed + 1))
     assert not Event.objects.filter(thread=thread, type="custom", payload__name="lost").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_flows_and_a_writer_keep_every_threads_log_gap_free(
+    engine: Engine,  # noqa: F811
+) -> None:
+    engine.define(
+        prompts=[prompt("helper", tools=["echo"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    threads = [engine.thread("helper") for _ in range(20)]
+    for _ in threads:
+        engine.script.tool_calls([{"name": "echo", "arguments": {"text": "hi"}}]).text("done")
+    for thread in threads:
+        engine.send(thread, "go")
+    barrier = threading.Barrier(len(threads) + 1)
+    errors: list[BaseException] = []
+
+    def in_thread(work: Callable[[], object]) -> threading.Thread:
+        def run() -> None:
+            try:
+                barrier.wait()
+                work()
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+            finally:
+                connection.close()
+
+        return threading.Thread(target=contextvars.copy_context().run, args=(run,))
+
+    def write_everywhere() -> None:
+        for round_ in range(3):
+            for thread in threads:
+                value_set(thread=thread, key="round", value=round_)
+
+    workers = [in_thread(lambda thread=thread: engine.drive(thread)) for thread in threads]
+    workers.append(in_thread(write_everywhere))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+
+    assert errors == []
+    for thread in threads:
+        log = _log(thread)
+        assert [sequence for sequence, _ in log] == list(range(1, len(log) + 1))
+        kinds = [kind for _, kind in log]
+        assert kinds.count("kv.changed") == 3
+        assert kinds[-1] in {"turn.completed", "turn.failed", "kv.changed"}
+        assert kinds.count("turn.started") == 1
