@@ -248,7 +248,7 @@ def test_twenty_concurrent_flows_and_a_writer_keep_every_threads_log_gap_free(
             try:
                 barrier.wait()
                 work()
-            except BaseException as error:  # noqa: BLE001 - reported below
+            except BaseException as error:
                 errors.append(error)
             finally:
                 connection.close()
