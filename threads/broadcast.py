@@ -35,7 +35,7 @@ class _Sender:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.queue: asyncio.Queue[tuple[Sequence[str], dict[str, Any]] | None] | None = None
+        self.queue: asyncio.Queue[tuple[Sequence[str], dict[str, Any]]] | None = None
         self.ready = threading.Event()
         self.idle = threading.Condition()
         self.pending = 0
@@ -43,11 +43,15 @@ class _Sender:
         self.thread.start()
         self.ready.wait()
 
-    def submit(self, groups: Sequence[str], message: dict[str, Any]) -> None:
+    def submit(self, items: Sequence[tuple[Sequence[str], dict[str, Any]]]) -> None:
         with self.idle:
-            self.pending += 1
+            self.pending += len(items)
+        self.loop.call_soon_threadsafe(self._put, items)
+
+    def _put(self, items: Sequence[tuple[Sequence[str], dict[str, Any]]]) -> None:
         assert self.queue is not None
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (groups, message))
+        for item in items:
+            self.queue.put_nowait(item)
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything submitted so far was sent (tests, benchmarks)."""
@@ -63,20 +67,42 @@ class _Sender:
     async def _drain(self) -> None:
         assert self.queue is not None
         layer = get_channel_layer()
+        assert layer is not None
         while True:
-            item = await self.queue.get()
-            if item is None:
-                return
-            groups, message = item
-            for group in groups:
+            items = [await self.queue.get()]
+            while not self.queue.empty():  # whatever queued meanwhile goes out together
+                items.append(self.queue.get_nowait())
+            for group, messages in _by_group(items).items():
+                message = messages[0] if len(messages) == 1 else _batch(messages)
                 try:
-                    assert layer is not None
                     await layer.group_send(group, message)
                 except Exception:
                     logger.exception("event broadcast to %s failed", group)
             with self.idle:
-                self.pending -= 1
+                self.pending -= len(items)
                 self.idle.notify_all()
+
+
+def _by_group(
+    items: Sequence[tuple[Sequence[str], dict[str, Any]]],
+) -> dict[str, list[dict[str, Any]]]:
+    """Each group's messages, in submission order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for groups, message in items:
+        for group in groups:
+            grouped.setdefault(group, []).append(message)
+    return grouped
+
+
+def _batch(messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several messages as one (``batch``, in order): one layer send instead of many."""
+    return {"type": MESSAGE_TYPE, "batch": [dict(m, type=MESSAGE_TYPE) for m in messages]}
+
+
+def unbatched(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The messages a layer message carries (one, or a ``batch``), in order."""
+    batch = message.get("batch")
+    return list(batch) if isinstance(batch, list) else [message]
 
 
 _sender: _Sender | None = None
@@ -93,14 +119,22 @@ def _current() -> _Sender:
 
 def broadcast(groups: Sequence[str], envelope: Mapping[str, Any]) -> None:
     """Queue ``envelope`` for every group in ``groups``; returns at once."""
-    encoded = json.dumps(envelope, cls=DjangoJSONEncoder)
-    message: dict[str, Any] = {
-        "type": MESSAGE_TYPE,
-        "event_type": envelope.get("type"),
-        "sequence": envelope.get("sequence"),
-        "json": encoded if len(encoded) <= MAX_INLINE_CHARS else None,
-    }
-    _current().submit(groups, message)
+    broadcast_many([(groups, envelope)])
+
+
+def broadcast_many(items: Sequence[tuple[Sequence[str], Mapping[str, Any]]]) -> None:
+    """Queue several envelopes, in order, with one wake-up of the sender."""
+    messages = []
+    for groups, envelope in items:
+        encoded = json.dumps(envelope, cls=DjangoJSONEncoder)
+        message: dict[str, Any] = {
+            "type": MESSAGE_TYPE,
+            "event_type": envelope.get("type"),
+            "sequence": envelope.get("sequence"),
+            "json": encoded if len(encoded) <= MAX_INLINE_CHARS else None,
+        }
+        messages.append((groups, message))
+    _current().submit(messages)
 
 
 def broadcast_flush(timeout: float = 5.0) -> bool:

@@ -19,6 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from tenancy.authentication import BEARER_SUBPROTOCOL_PREFIX
 from tenancy.principals import Principal
+from threads.broadcast import unbatched
 from threads.events import EventType, tenant_group, thread_group
 from threads.models import Thread
 from threads.streams import Delivery, EventCursor
@@ -113,8 +114,9 @@ class ThreadEventsConsumer(_EventSocket):
     async def event_message(self, message: dict[str, Any]) -> None:
         if self.cursor is None:
             return
-        for delivery in await self.cursor.admit(message):
-            await self._deliver(delivery)
+        for one in unbatched(message):
+            for delivery in await self.cursor.admit(one):
+                await self._deliver(delivery)
 
     async def _deliver(self, delivery: Delivery) -> None:
         await self.send(text_data=delivery.text)
@@ -138,6 +140,7 @@ class TenantEventsConsumer(_EventSocket):
         await self._join(tenant_group(tenant_id=principal.tenant.id))
 
     async def event_message(self, message: dict[str, Any]) -> None:
-        text = message.get("json")
-        if isinstance(text, str):
-            await self.send(text_data=text)
+        for one in unbatched(message):
+            text = one.get("json")
+            if isinstance(text, str):
+                await self.send(text_data=text)

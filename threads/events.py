@@ -22,6 +22,8 @@ replaced by its id and a ``refs`` entry pointing at the message.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
@@ -123,12 +125,11 @@ class ThreadStatusChanged(TypedDict):
 
 
 class QueueChanged(TypedDict):
-    """The inbox changed: ``change`` is ``added`` (with the ``item``) or ``taken`` (``count``
-    items consumed by a flow)."""
+    """The inbox changed: ``change`` is ``added`` (with the ``item``). A flow taking the
+    items shows as ``thread.status`` running and the messages' ``message.created``."""
 
     change: str
-    item: NotRequired[dict[str, Any]]
-    count: NotRequired[int]
+    item: dict[str, Any]
 
 
 class TurnStarted(TypedDict):
@@ -440,9 +441,48 @@ def session_id_of(thread: Thread) -> str:
 
 # Publishing ----------------------------------------------------------------------------------
 
+# Engine progress markers published outside a transaction wait (in this Python thread) for
+# the thread's next event and are written with it, in one statement and in order: a flow
+# always publishes another event after each of them (the step's pending message, the turn's
+# end), so they arrive at most that much later and cost no statement of their own.
+DEFERRED = frozenset(
+    {
+        EventType.TURN_STARTED,
+        EventType.STEP_STARTED,
+        EventType.STEP_COMPLETED,
+        EventType.SIDE_COMPLETED,
+    }
+)
+_deferred = threading.local()
+
+
+@dataclass
+class _Row:
+    """One event on its way to the log: the envelope's parts before it has a sequence."""
+
+    kind: EventType
+    event_id: Any
+    timestamp: int
+    payload: dict[str, Any]
+    refs: dict[str, Any] | None
+    flow_id: str
+    step_id: str
+    tool_call_id: str
+    subagent_id: str | None
+
+    def envelope(self, thread: Thread, sequence: int | None, session_id: str) -> dict[str, Any]:
+        return Envelope(
+            type=self.kind, event_id=str(self.event_id), sequence=sequence,
+            timestamp=self.timestamp, tenant_id=str(thread.tenant_id), session_id=session_id,
+            thread_id=str(thread.pk), payload=self.payload, flow_id=self.flow_id or None,
+            step_id=self.step_id or None, tool_call_id=self.tool_call_id or None,
+            subagent_id=self.subagent_id, refs=self.refs,
+        ).as_json()  # fmt: skip
+
 
 def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None:
-    """Record and broadcast one event of ``thread``; returns its sequence (None: ephemeral).
+    """Record and broadcast one event of ``thread``; returns its sequence (None: ephemeral,
+    or a progress marker that is written with the thread's next event, see ``DEFERRED``).
 
     Persisted events are inserted in the caller's transaction (or in their own statement in
     autocommit) and broadcast after commit; a rollback discards both. Raises
@@ -452,33 +492,44 @@ def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None
     body, refs = _sized(thread, kind, payload)
     flow_id = str(payload.get("flow_id") or "")
     step = payload.get("step")
-    step_id = f"{flow_id}:{step}" if flow_id and step is not None else ""
-    tool_call_id = str(payload.get("tool_call_id") or "")
-    event_id = new_id()
-    timestamp = now_us()
-    sequence = None
-    if kind not in EPHEMERAL:
-        sequence = _insert(
-            thread, event_id=event_id, type=kind, payload=body, refs=refs, flow_id=flow_id,
-            step_id=step_id, tool_call_id=tool_call_id, created_at=timestamp,
-        )  # fmt: skip
-    envelope = Envelope(
-        type=kind, event_id=str(event_id), sequence=sequence, timestamp=timestamp,
-        tenant_id=str(thread.tenant_id), session_id=session_id_of(thread),
-        thread_id=str(thread.pk), payload=body, flow_id=flow_id or None,
-        step_id=step_id or None, tool_call_id=tool_call_id or None,
-        subagent_id=payload.get("subagent_id"), refs=refs,
-    ).as_json()  # fmt: skip
+    row = _Row(
+        kind=kind, event_id=new_id(), timestamp=now_us(), payload=body, refs=refs,
+        flow_id=flow_id, step_id=f"{flow_id}:{step}" if flow_id and step is not None else "",
+        tool_call_id=str(payload.get("tool_call_id") or ""),
+        subagent_id=payload.get("subagent_id"),
+    )  # fmt: skip
+    if kind in EPHEMERAL:
+        from threads.broadcast import broadcast
+
+        broadcast(_groups(thread, kind), row.envelope(thread, None, session_id_of(thread)))
+        return None
+    waiting: dict[Any, list[_Row]] = getattr(_deferred, "rows", None) or {}
+    _deferred.rows = waiting
+    if kind in DEFERRED and not connection.in_atomic_block:
+        waiting.setdefault(thread.pk, []).append(row)
+        return None
+    rows = [*waiting.pop(thread.pk, []), row]
+    last = _insert(thread, rows)
+    session_id = session_id_of(thread)
+    sent = [
+        (_groups(thread, item.kind), item.envelope(thread, last - len(rows) + 1 + n, session_id))
+        for n, item in enumerate(rows)
+    ]
+    transaction.on_commit(lambda: _broadcast_all(sent))
+    return last
+
+
+def _groups(thread: Thread, kind: EventType) -> list[str]:
     groups = [thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk)]
     if kind in LIFECYCLE:
         groups.append(tenant_group(tenant_id=thread.tenant_id))
-    from threads.broadcast import broadcast
+    return groups
 
-    if sequence is None:
-        broadcast(groups, envelope)
-    else:
-        transaction.on_commit(lambda: broadcast(groups, envelope))
-    return sequence
+
+def _broadcast_all(sent: list[tuple[list[str], dict[str, Any]]]) -> None:
+    from threads.broadcast import broadcast_many
+
+    broadcast_many(sent)
 
 
 def _checked(type: str, payload: Mapping[str, Any]) -> EventType:
@@ -507,47 +558,55 @@ def _sized(
     return body, None
 
 
-def _insert(
-    thread: Thread,
-    *,
-    event_id: Any,
-    type: str,
-    payload: dict[str, Any],
-    refs: dict[str, Any] | None,
-    flow_id: str,
-    step_id: str,
-    tool_call_id: str,
-    created_at: int,
-) -> int:
-    """Bump the thread's counter and insert the event in one statement; returns its sequence.
+_ROW_SQL = "(%s::int, %s::uuid, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s::bigint)"
+
+
+def _insert(thread: Thread, rows: Sequence[_Row]) -> int:
+    """Take ``len(rows)`` sequences from the thread's counter and insert the rows with them,
+    in order, in one statement; returns the last sequence.
 
     The counter row stays locked until the caller's transaction ends, which orders
-    concurrent writers of one thread and makes a rollback give its number back."""
+    concurrent writers of one thread and makes a rollback give its numbers back."""
     from threads.models import Event, EventCounter
 
     counter, event = EventCounter._meta.db_table, Event._meta.db_table
+    # Outside a transaction the statement commits alone and records no other write: it
+    # commits asynchronously (no WAL flush wait). WAL order still keeps the log gap-free:
+    # a server crash can only lose the newest such events, never one before a kept one.
+    standalone = not connection.in_atomic_block
+    config = (
+        "settings AS (SELECT set_config('synchronous_commit', 'off', true) AS value),"
+        if standalone
+        else ""
+    )
+    values = ", ".join([_ROW_SQL] * len(rows))
     sql = f"""
-        WITH next AS (
+        WITH {config} next AS (
             INSERT INTO {counter} AS c (thread_id, tenant_id, last_sequence)
-            VALUES (%s, %s, 1)
-            ON CONFLICT (thread_id) DO UPDATE SET last_sequence = c.last_sequence + 1
+            VALUES (%s, %s, %s)
+            ON CONFLICT (thread_id) DO UPDATE SET last_sequence = c.last_sequence + %s
             RETURNING last_sequence
         )
         INSERT INTO {event}
             (id, tenant_id, thread_id, sequence, type, payload, refs, flow_id, step_id,
              tool_call_id, created_at)
-        SELECT %s, %s, %s, next.last_sequence, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s
-        FROM next
+        SELECT row.id, %s, %s, next.last_sequence - %s + row.n, row.type, row.payload,
+               row.refs, row.flow_id, row.step_id, row.tool_call_id, row.created_at
+        FROM next{", settings" if standalone else ""},
+             (VALUES {values}) AS row
+                 (n, id, type, payload, refs, flow_id, step_id, tool_call_id, created_at)
+        ORDER BY row.n
         RETURNING sequence
     """  # noqa: S608 - table names come from our models, values are parameters
-    encoded_refs = None if refs is None else json.dumps(refs)
-    params = [
-        thread.pk, thread.tenant_id,
-        event_id, thread.tenant_id, thread.pk, type, json.dumps(payload, cls=DjangoJSONEncoder),
-        encoded_refs, flow_id, step_id[:80], tool_call_id[:200], created_at,
-    ]  # fmt: skip
+    params: list[Any] = [thread.pk, thread.tenant_id, len(rows), len(rows)]
+    params += [thread.tenant_id, thread.pk, len(rows)]
+    for n, row in enumerate(rows, start=1):
+        params += [
+            n, row.event_id, str(row.kind), json.dumps(row.payload, cls=DjangoJSONEncoder),
+            None if row.refs is None else json.dumps(row.refs), row.flow_id,
+            row.step_id[:80], row.tool_call_id[:200], row.timestamp,
+        ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    assert row is not None
-    return int(row[0])
+        returned = [int(found[0]) for found in cursor.fetchall()]
+    return max(returned)

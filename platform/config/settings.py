@@ -126,7 +126,9 @@ CACHES = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "platform:asgi"},
+        # A socket's channel buffers up to 1000 messages (events arrive in bursts); beyond
+        # that the layer drops, and the socket fills the gap from the event log.
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "platform:asgi", "capacity": 1000},
     }
 }
 

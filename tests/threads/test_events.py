@@ -65,6 +65,19 @@ def test_events_of_a_thread_are_numbered_from_one_without_gaps(thread: Thread) -
     assert EventCounter.objects.get(thread=thread).last_sequence == 3
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_progress_marker_is_written_with_the_threads_next_event(tenant: Tenant) -> None:
+    thread = make_thread(tenant)
+    marker = {"step": 1, "side": "a", "flow_id": "f1"}
+
+    assert publish(thread, "step.started", marker) is None
+    assert _log(thread) == []
+    ThreadState(thread).emit("next", None)
+
+    assert _log(thread) == [(1, "step.started"), (2, "custom")]
+    assert Event.objects.get(thread=thread, sequence=1).step_id == "f1:1"
+
+
 def test_model_deltas_are_not_stored(thread: Thread) -> None:
     assert publish(thread, "model.delta", {"message_id": "m", "depth": 0, "delta": "hi"}) is None
     assert _log(thread) == []
@@ -151,7 +164,7 @@ def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
 
     assert [kind for _, kind in _log(thread)] == [
         "thread.created", "queue.changed",
-        "turn.started", "queue.changed", "thread.status", "message.created",
+        "turn.started", "thread.status", "message.created",
         "step.started", "message.created", "model.requested", "message.updated",
         "model.completed", "tool.started", "message.created", "tool.result", "step.completed",
         "step.started", "message.created", "model.requested", "message.updated",

@@ -29,6 +29,7 @@ from rest_framework.response import Response
 
 from common.errors import ValidationFailed
 from threads.api.base import ThreadScopedView
+from threads.broadcast import unbatched
 from threads.events import EventType, thread_group
 from threads.models import Thread
 from threads.services.events import event_envelopes
@@ -161,10 +162,11 @@ async def _follow(thread: Thread, after: int) -> AsyncIterator[bytes]:
                 yield b": keepalive\n\n"
                 continue
             message, receiving = receiving.result(), None
-            for delivery in await cursor.admit(message):
-                yield _frame(delivery)
-                if delivery.type == EventType.THREAD_TERMINATED:
-                    return
+            for one in unbatched(message):
+                for delivery in await cursor.admit(one):
+                    yield _frame(delivery)
+                    if delivery.type == EventType.THREAD_TERMINATED:
+                        return
     finally:
         if receiving is not None:
             receiving.cancel()

@@ -160,7 +160,6 @@ def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
             # Consumed work and "running" commit together: a worker that dies now leaves a
             # thread the sweeper sees and the next worker resumes.
             Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.RUNNING)
-            publish(thread, "queue.changed", {"change": "taken", "count": len(items)})
             publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
     return items
 
