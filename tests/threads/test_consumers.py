@@ -81,9 +81,14 @@ def _sequences(events: list[Json]) -> list[int]:
     return [event["sequence"] for event in _persisted(events)]
 
 
-async def _log(thread: Thread) -> list[int]:
+def _sequences_of(thread: Thread) -> list[int]:
     rows = Event.objects.filter(thread=thread).order_by("sequence")
-    return await database_sync_to_async(lambda: list(rows.values_list("sequence", flat=True)))()
+    return list(rows.values_list("sequence", flat=True))
+
+
+async def _log(thread: Thread) -> list[int]:
+    found: list[int] = await database_sync_to_async(_sequences_of)(thread)
+    return found
 
 
 async def test_replay_then_live_events_arrive_once_in_order(tenant: Tenant) -> None:

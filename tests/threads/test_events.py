@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -273,7 +274,7 @@ def test_twenty_concurrent_flows_and_a_writer_keep_every_threads_log_gap_free(
             for thread in threads:
                 value_set(thread=thread, key="round", value=round_)
 
-    workers = [in_thread(lambda thread=thread: engine.drive(thread)) for thread in threads]
+    workers = [in_thread(functools.partial(engine.drive, thread)) for thread in threads]
     workers.append(in_thread(write_everywhere))
     for worker in workers:
         worker.start()
