@@ -243,7 +243,7 @@ class KvChanged(TypedDict):
 
 
 class FileChanged(TypedDict):
-    """``change``: created, updated, deleted, directory_created, directory_deleted, ..."""
+    """``change``: ``written`` (a file), ``created`` (a directory) or ``deleted``."""
 
     path: str
     change: str
