@@ -16,6 +16,9 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -23,7 +26,7 @@ from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
-from tests.factories import make_api_key, make_thread
+from tests.factories import make_api_key, make_member, make_thread
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads.consumers import TERMINATED_DRAIN_S
 from threads.models import Event, Thread
@@ -277,4 +280,29 @@ async def test_the_tenant_stream_carries_lifecycle_events_of_its_tenant_only(
         ("thread.terminated", str(mine.id)),
     ]
     assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
+
+
+async def test_a_members_session_follows_its_tenants_thread(tenant: Tenant) -> None:
+    def login() -> str:
+        user: User = make_member(tenant, role=Role.READ_ONLY)
+        session = SessionStore()
+        session["_auth_user_id"] = str(user.pk)
+        session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+        session["_auth_user_hash"] = user.get_session_auth_hash()
+        session.save()
+        assert session.session_key is not None
+        return session.session_key
+
+    thread = await database_sync_to_async(make_thread)(tenant)
+    await database_sync_to_async(ThreadState(thread).emit)("hello", 1)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={await database_sync_to_async(login)()}"
+    socket = WebsocketCommunicator(
+        application, f"/ws/threads/{thread.id}/", headers=[(b"cookie", cookie.encode())]
+    )
+
+    connected, _ = await socket.connect()
+
+    assert connected
+    assert json.loads(await socket.receive_from())["payload"] == {"name": "hello", "data": 1}
     await socket.disconnect()
