@@ -5,6 +5,8 @@
   server; each persisted event's latency is the client's receive time minus the event's
   ``timestamp`` (taken as the engine writes it, before its transaction commits), on the same
   clock. Rows for one client and for several clients on the same thread.
+* **Floor**: the same with one ``state.emit`` every 20 ms, so the writer does not compete
+  with the broadcast for the CPU.
 * **Events/s on one thread**: ``state.emit`` as fast as one writer can (each a persisted
   event in its own statement) until a following client has received them all; the row's
   latencies are the writer's cost per event (the INSERT and handing the broadcast off).
@@ -35,6 +37,8 @@ WARMUP_MESSAGES = 5
 FOLLOWERS = 5
 EMITTED = 2000
 RECEIVE_TIMEOUT_S = 30.0
+PACED = 200
+PACE_S = 0.02
 STEP_THREADS = 10  # x bench.engine.MESSAGES_PER_THREAD steps
 
 
@@ -111,6 +115,14 @@ def _fan_out(port: int, thread: Thread, secret: str, followers: int) -> Row:
     elapsed = time.perf_counter() - began
     received = [client.finish() for client in clients]
     latencies = [(at - event["timestamp"]) / 1e6 for got in received for at, event in got]
+    from threads.events import DEFERRED
+
+    prompt = sorted(
+        (at - event["timestamp"]) / 1000
+        for got in received
+        for at, event in got
+        if event["type"] not in DEFERRED
+    )
     in_order = all(
         [event["sequence"] for _, event in got] == list(range(start + 1, last + 1))
         for got in received
@@ -124,6 +136,7 @@ def _fan_out(port: int, thread: Thread, secret: str, followers: int) -> Row:
         events=last - start,
         events_per_step=round((last - start) / FLOW_MESSAGES, 1),
         every_client_got_every_event_in_order=in_order,
+        p50_ms_without_deferred_markers=round(prompt[len(prompt) // 2], 3) if prompt else None,
     )
 
 
@@ -151,6 +164,27 @@ def _throughput(port: int, thread: Thread, secret: str) -> Row:
         written_per_s=round(EMITTED / written, 1),
         delivered_per_s=round(EMITTED / delivered, 1),
         received=len(received),
+    )
+
+
+def _paced(port: int, thread: Thread, secret: str) -> Row:
+    """The floor: one event every ``PACE_S`` (no writer load), emit -> WebSocket."""
+    from threads.state import ThreadState
+
+    state = ThreadState(thread)
+    client = Follower(port, thread, secret, after=_last_sequence(thread))
+    began = time.perf_counter()
+    for index in range(PACED):
+        state.emit("tick", index)
+        time.sleep(PACE_S)
+    elapsed = time.perf_counter() - began
+    received = client.finish()
+    return summarize(
+        "events",
+        f"emit -> WebSocket, one event per {PACE_S * 1000:.0f} ms",
+        [(at - event["timestamp"]) / 1e6 for at, event in received],
+        elapsed,
+        target="p50 <= 10 ms",
     )
 
 
@@ -223,6 +257,7 @@ def event_fan_out() -> Sequence[Row]:
                 _fan_out(
                     port, thread_create(tenant=tenant, agent_name="instant"), secret, FOLLOWERS
                 ),
+                _paced(port, thread_create(tenant=tenant, agent_name="instant"), secret),
                 _throughput(port, thread_create(tenant=tenant, agent_name="instant"), secret),
                 _step_overhead(tenant, events_on=True),
                 _step_overhead(tenant, events_on=False),
