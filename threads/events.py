@@ -510,6 +510,8 @@ def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None
         return None
     rows = [*waiting.pop(thread.pk, []), row]
     last = _insert(thread, rows)
+    if last is None:
+        return None  # the thread was deleted under the writer: nothing to tell anyone
     session_id = session_id_of(thread)
     sent = [
         (_groups(thread, item.kind), item.envelope(thread, last - len(rows) + 1 + n, session_id))
@@ -561,15 +563,17 @@ def _sized(
 _ROW_SQL = "(%s::int, %s::uuid, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s::bigint)"
 
 
-def _insert(thread: Thread, rows: Sequence[_Row]) -> int:
+def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
     """Take ``len(rows)`` sequences from the thread's counter and insert the rows with them,
-    in order, in one statement; returns the last sequence.
+    in order, in one statement; returns the last sequence, or None when the thread no longer
+    exists (a plain read, not a foreign key: see ``Event.thread``).
 
     The counter row stays locked until the caller's transaction ends, which orders
     concurrent writers of one thread and makes a rollback give its numbers back."""
     from threads.models import Event, EventCounter
 
     counter, event = EventCounter._meta.db_table, Event._meta.db_table
+    thread_table = type(thread)._meta.db_table
     # Outside a transaction the statement commits alone and records no other write: it
     # commits asynchronously (no WAL flush wait). WAL order still keeps the log gap-free:
     # a server crash can only lose the newest such events, never one before a kept one.
@@ -583,7 +587,7 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int:
     sql = f"""
         WITH {config} next AS (
             INSERT INTO {counter} AS c (thread_id, tenant_id, last_sequence)
-            VALUES (%s, %s, %s)
+            SELECT %s, %s, %s WHERE EXISTS (SELECT 1 FROM {thread_table} WHERE id = %s)
             ON CONFLICT (thread_id) DO UPDATE SET last_sequence = c.last_sequence + %s
             RETURNING last_sequence
         )
@@ -598,7 +602,7 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int:
         ORDER BY row.n
         RETURNING sequence
     """  # noqa: S608 - table names come from our models, values are parameters
-    params: list[Any] = [thread.pk, thread.tenant_id, len(rows), len(rows)]
+    params: list[Any] = [thread.pk, thread.tenant_id, len(rows), thread.pk, len(rows)]
     params += [thread.tenant_id, thread.pk, len(rows)]
     for n, row in enumerate(rows, start=1):
         params += [
@@ -609,4 +613,4 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         returned = [int(found[0]) for found in cursor.fetchall()]
-    return max(returned)
+    return max(returned) if returned else None

@@ -289,3 +289,12 @@ def test_twenty_concurrent_flows_and_a_writer_keep_every_threads_log_gap_free(
         assert kinds.count("kv.changed") == 3
         assert kinds[-1] in {"turn.completed", "turn.failed", "kv.changed"}
         assert kinds.count("turn.started") == 1
+
+
+def test_an_event_for_a_deleted_thread_is_dropped(thread: Thread) -> None:
+    stale = Thread.objects.get(pk=thread.pk)
+    Thread.objects.filter(pk=thread.pk).delete()
+
+    assert publish(stale, "custom", {"name": "late", "data": None}) is None
+    assert not Event.objects.filter(thread_id=thread.pk).exists()
+    assert not EventCounter.objects.filter(thread_id=thread.pk).exists()
