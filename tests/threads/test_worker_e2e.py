@@ -417,8 +417,8 @@ def test_flow_of_a_killed_worker_is_finished_exactly_once_by_another_worker(
 
 @pytest.mark.django_db
 def test_write_with_a_fence_that_a_new_holder_superseded_is_refused(thread: Thread) -> None:
-    old = fence_acquire(thread=thread)
-    new = fence_acquire(thread=thread)
+    old, _ = fence_acquire(thread=thread)
+    new, _ = fence_acquire(thread=thread)
 
     with pytest.raises(StaleFence):
         message_inject(thread=thread, role="assistant", content="late", fence=old)
@@ -433,12 +433,12 @@ def test_write_with_a_fence_that_a_new_holder_superseded_is_refused(thread: Thre
 def test_retired_fence_refuses_its_holders_writes_and_spares_a_newer_holder(
     thread: Thread,
 ) -> None:
-    lost = fence_acquire(thread=thread)
+    lost, _ = fence_acquire(thread=thread)
 
     assert fence_retire(thread=thread, fence=lost) is True
     with pytest.raises(StaleFence):
         message_inject(thread=thread, role="assistant", content="late", fence=lost)
-    newer = fence_acquire(thread=thread)
+    newer, _ = fence_acquire(thread=thread)
     assert fence_retire(thread=thread, fence=lost) is False
     thread.refresh_from_db()
     assert (thread.fence, newer) == (lost + 2, lost + 2)

@@ -54,7 +54,8 @@ def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) 
     result = DriveResult(acquired=True)
     abort = AbortSignal()
     try:
-        result.fence = fence = fence_acquire(thread=thread)
+        fence, pending = fence_acquire(thread=thread)
+        result.fence = fence
         control_clear(tenant_id=thread.tenant_id, thread_id=thread.pk)
         with Heartbeat(
             lock,
@@ -63,7 +64,8 @@ def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) 
             on_signal=lambda _signal: abort.set(),
             on_lost=lambda: _lock_lost(thread, fence, abort),
         ):
-            _run_flows(thread, fence, runtime or Runtime(release_connection=True), abort, result)
+            runtime = runtime or Runtime(release_connection=True)
+            _run_flows(thread, fence, runtime, abort, result, pending=pending)
     except StaleFence as error:
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread.pk, error.message)
@@ -86,11 +88,21 @@ def _lock_lost(thread: Thread, fence: int, abort: AbortSignal) -> None:
 
 
 def _run_flows(
-    thread: Thread, fence: int, runtime: Runtime, abort: AbortSignal, result: DriveResult
+    thread: Thread,
+    fence: int,
+    runtime: Runtime,
+    abort: AbortSignal,
+    result: DriveResult,
+    *,
+    pending: bool,
 ) -> None:
+    """Precondition: ``thread`` and ``pending`` are as :func:`fence_acquire` read them."""
     resume = _recover(thread, fence)
+    flow: Flow | None = None
     while not abort.is_set:
-        pending = _refresh(thread)
+        if flow is not None:
+            ended = flow.pending_after
+            pending = _refresh(thread) if ended is None else ended
         if thread.terminated_at is not None:
             work_discard(thread=thread)
             return

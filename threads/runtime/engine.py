@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from django.db import connection
+from django.db import connection, transaction
 
 from agents.documents import AgentDoc, PromptDoc, SessionBinding, SideConfig
 from agents.providers.base import (
@@ -139,6 +139,8 @@ class Flow:
         self.handoff: _Handoff | None = None
         self.repeated_errors = RepeatedErrors()
         self.stop_session_result: str | None = None
+        # Whether the inbox had work when the flow ended (set by run()).
+        self.pending_after: bool | None = None
 
     # Public ------------------------------------------------------------------------------------
 
@@ -167,11 +169,11 @@ class Flow:
                 metadata={"flow_id": self.flow_id, "error_code": failed.error.code},
             )
             reason = StopReason.STEP_ERROR
-        rested = flow_rest(
+        self.pending_after = flow_rest(
             thread=self.thread, fence=self.fence,
             status=status_after(reason, human_side=self._human("b")),
         )  # fmt: skip
-        self.publish("thread.status", {"status": rested})
+        self.publish("thread.status", {"status": self.thread.status})
         logs.log_create(
             thread=self.thread, kind="flow", fence=self.fence,
             data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
@@ -244,9 +246,14 @@ class Flow:
         side: Side | None = None
         tools: list[tuple[str, dict[str, Any], str]] = []
         hooks: Hooks | None = None
-        for work in work_take(thread=self.thread, fence=self.fence):
-            payload = work.payload
-            if work.kind == WorkKind.MESSAGE:
+        # Taking items and storing their messages commit together: a worker that dies in
+        # between leaves the items in the inbox, never consumed without their messages.
+        with transaction.atomic():
+            works = work_take(thread=self.thread, fence=self.fence)
+            for work in works:
+                payload = work.payload
+                if work.kind != WorkKind.MESSAGE:
+                    continue
                 role = payload["role"]
                 hooks = hooks or self._hooks(self._side_prompt("a"))
                 self.create_message(
@@ -259,7 +266,10 @@ class Flow:
                     id=payload.get("message_id"),
                     hooks=hooks,
                 )
-                side = side or ("b" if role == "assistant" else "a")
+        for work in works:
+            payload = work.payload
+            if work.kind == WorkKind.MESSAGE:
+                side = side or ("b" if payload["role"] == "assistant" else "a")
             elif work.kind == WorkKind.TOOL:
                 tools.append(
                     (payload["name"], dict(payload.get("args") or {}), f"queued_{work.id}")

@@ -19,15 +19,16 @@ from threads.models import Thread
 
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
 # skip the ORM; the columns are LockedThread's.
-_ACQUIRE = "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence"
+_ACQUIRE = (
+    "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence, status, "
+    "acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
+    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL)"
+)
 _LOCK = (
     "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
     "WHERE id = %s FOR NO KEY UPDATE"
 )
-_TOUCH = (
-    "UPDATE threads_thread SET last_activity_at = %s WHERE id = %s "
-    "RETURNING fence, terminated_at, status, stop_requested"
-)
+_READ = "SELECT fence, terminated_at, status, stop_requested FROM threads_thread WHERE id = %s"
 
 
 class StaleFence(Conflict):
@@ -36,12 +37,22 @@ class StaleFence(Conflict):
     code = "stale_fence"
 
 
-def fence_acquire(*, thread: Thread) -> int:
-    """Take the next fence. Precondition: the caller has just acquired the thread's lock."""
+def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
+    """Take the next fence; returns it and whether the inbox has work. ``thread``'s status,
+    acting_side, terminated_at, stop_requested and agent_name are refreshed from the same
+    statement: what the previous holder left, read after it released the lock.
+
+    Precondition: the caller has just acquired the thread's lock.
+    """
     with connection.cursor() as cursor:
-        cursor.execute(_ACQUIRE, [thread.pk])
-        fence: int = cursor.fetchone()[0]
-    return fence
+        cursor.execute(_ACQUIRE, [thread.pk, thread.pk])
+        fence, status, acting_side, terminated_at, stop_requested, agent_name, pending = (
+            cursor.fetchone()
+        )
+    thread.fence, thread.status, thread.acting_side = fence, status, acting_side
+    thread.terminated_at, thread.stop_requested = terminated_at, stop_requested
+    thread.agent_name = agent_name
+    return fence, bool(pending)
 
 
 def fence_retire(*, thread: Thread, fence: int) -> bool:
@@ -80,11 +91,13 @@ def fence_check(*, thread: Thread, fence: int | None) -> LockedThread:
         return _checked(cursor.fetchone(), thread, fence)
 
 
-def fence_touch(*, thread: Thread, fence: int | None, activity_at: int) -> LockedThread:
-    """:func:`fence_check` that also records activity, in one statement (a message write)."""
+def fence_read(*, thread: Thread) -> LockedThread | None:
+    """The thread row's fence and state without locking it (None: the thread is gone); for
+    explaining why a fenced write changed nothing."""
     with connection.cursor() as cursor:
-        cursor.execute(_TOUCH, [activity_at, thread.pk])
-        return _checked(cursor.fetchone(), thread, fence)
+        cursor.execute(_READ, [thread.pk])
+        row = cursor.fetchone()
+    return None if row is None else LockedThread(*row)
 
 
 def thread_fenced_update(*, thread: Thread, fence: int | None, **fields: Any) -> None:
