@@ -41,7 +41,7 @@ from common.errors import Conflict
 from common.ids import new_id
 from common.time import now_us
 from threads.events import publish
-from threads.models import Message, MessageStatus, Thread, WorkKind
+from threads.models import Message, MessageStatus, QueuedWork, Thread, WorkKind
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
 from threads.runtime.hooks import HookBlocked, Hooks
@@ -243,19 +243,14 @@ class Flow:
     def _drain(self) -> Side | None:
         """Persist queued messages (FIFO), run queued tools; returns the side the first
         drained item calls on (user/system -> a, assistant -> b), or None."""
-        side: Side | None = None
-        tools: list[tuple[str, dict[str, Any], str]] = []
-        hooks: Hooks | None = None
         # Taking items and storing their messages commit together: a worker that dies in
         # between leaves the items in the inbox, never consumed without their messages.
         with transaction.atomic():
             works = work_take(thread=self.thread, fence=self.fence)
-            for work in works:
-                payload = work.payload
-                if work.kind != WorkKind.MESSAGE:
-                    continue
+            messages = [work.payload for work in works if work.kind == WorkKind.MESSAGE]
+            hooks = self._hooks(self._side_prompt("a")) if messages else None
+            for payload in messages:
                 role = payload["role"]
-                hooks = hooks or self._hooks(self._side_prompt("a"))
                 self.create_message(
                     role=role,
                     content=payload.get("content"),
@@ -266,20 +261,14 @@ class Flow:
                     id=payload.get("message_id"),
                     hooks=hooks,
                 )
-        for work in works:
-            payload = work.payload
-            if work.kind == WorkKind.MESSAGE:
-                side = side or ("b" if payload["role"] == "assistant" else "a")
-            elif work.kind == WorkKind.TOOL:
-                tools.append(
-                    (payload["name"], dict(payload.get("args") or {}), f"queued_{work.id}")
-                )
-                side = side or "a"
-            elif work.kind == WorkKind.CONTINUE:
-                side = side or payload.get("side", "a")
+        tools = [
+            (work.payload["name"], dict(work.payload.get("args") or {}), f"queued_{work.id}")
+            for work in works
+            if work.kind == WorkKind.TOOL
+        ]
         if tools:
             self._run_queued_tools(tools)
-        return side
+        return _first_side(works)
 
     def _run_queued_tools(self, tools: Sequence[tuple[str, dict[str, Any], str]]) -> None:
         """Queued tools run as a synthetic call of side A (runtime-forced: any tool the tenant
@@ -738,6 +727,19 @@ class Flow:
             return None if found is None else (found.value, found.type)
 
         return lookup
+
+
+def _first_side(works: Sequence[QueuedWork]) -> Side | None:
+    """The side the first drained item calls on: a message from the assistant calls on B,
+    any other message or a queued tool on A, a continue on the side it names."""
+    for work in works:
+        if work.kind == WorkKind.MESSAGE:
+            return "b" if work.payload["role"] == "assistant" else "a"
+        if work.kind == WorkKind.TOOL:
+            return "a"
+        if work.kind == WorkKind.CONTINUE:
+            return "b" if work.payload.get("side") == "b" else "a"
+    return None
 
 
 def _stored_role(side: str) -> str:
