@@ -1,0 +1,455 @@
+"""One guest execution in a fresh QuickJS context, inside a runner process.
+
+``execute`` takes a validated ``ExecutePayload`` and returns the body of the ``done``
+message. It never raises for anything the guest does. Host calls leave through
+``Link.send_tool_call`` and their answers (or a cancel) come back through
+``Link.next_message``; the engine blocks there only while the guest waits on a host call.
+
+Stages and the status each failure settles with:
+
+1. TypeScript erasure of every source module (``link_error``: syntax, unsupported syntax);
+2. a fresh context: memory and stack limits, interrupt handler, module loader, the
+   ``prelude.js`` bridge, then hardening (no code generation from strings, no
+   non-ECMAScript globals);
+3. compile and link the module graph (``link_error``: syntax errors, unknown, URL or
+   relative-but-unsupplied specifiers, missing exports);
+4. evaluate and resolve the configured export per spec 13.5 (``error``, ``link_error``
+   for a missing export, ``success``), draining jobs and serving host calls.
+
+Out-of-memory anywhere is ``memory``; a cancel is ``terminated``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable
+from importlib import resources
+from typing import Any, Final, Protocol
+
+import quickjs
+
+from sandbox import capi
+from sandbox.capi import JSValue, lib
+from sandbox.options import normalize_relative
+from sandbox.protocol import REPORT_TARGET, ErrorInfo, ExecutePayload
+from sandbox.typescript import (
+    TypeScriptSyntaxError,
+    UnsupportedTypeScript,
+    declared_names,
+    erase,
+)
+
+PRELUDE: Final = resources.files("sandbox").joinpath("prelude.js").read_text()
+GLOBALS_SPECIFIER: Final = "sandbox:globals"
+_DRIVER_NAME: Final = "<input>"  # the binding's name for scripts, where the prelude lives
+_URL_LIKE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_FRAME: Final = re.compile(r"^\s*at (?:[^(]*\()?(?P<file>.+?):(?P<line>\d+):(?P<column>\d+)\)?\s*$")
+_MEMORY: Final = re.compile(r"out of memory|too large to allocate|allocation failed", re.I)
+
+
+class Link(Protocol):
+    """The engine's way out to the dispatcher (implemented by the runner's I/O loop)."""
+
+    def send_tool_call(self, call_id: str, target: str, payload_json: str) -> None: ...
+
+    def next_message(self) -> dict[str, Any]:
+        """Block for the next ``tool_result`` or ``cancel`` of this execution."""
+        ...
+
+
+class _Settled(Exception):
+    """Ends an execution early with a ``done`` body."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("status"))
+        self.body = body
+
+
+def execute(payload: ExecutePayload, link: Link, cancelled: threading.Event) -> dict[str, Any]:
+    """Run one call; returns ``{status, result?, error?, logs, durationMs}``."""
+    started = time.perf_counter()
+    run = _Run(payload, link, cancelled)
+    try:
+        body = run.go()
+    except _Settled as settled:
+        body = settled.body
+    finally:
+        logs = run.logs()
+        run.close()
+    body["logs"] = logs
+    body["durationMs"] = round((time.perf_counter() - started) * 1000, 3)
+    return body
+
+
+class _Run:
+    def __init__(self, payload: ExecutePayload, link: Link, cancelled: threading.Event) -> None:
+        self.payload = payload
+        self.link = link
+        self.cancelled = cancelled
+        self.filename = payload["filename"]
+        self.sources: dict[str, str] = {}
+        self.context: quickjs.Context | None = None
+        self.bridge: Any = None
+        self.js_context = 0
+        self.module_access: JSValue | None = None
+        self.linking = True
+        self.failed_specifier: str | None = None
+        self._callbacks: tuple[Any, ...] = ()
+
+    # -- stages -----------------------------------------------------------------------
+
+    def go(self) -> dict[str, Any]:
+        self.sources = self._erase_all()
+        self._open_context()
+        self._link_and_evaluate()
+        return self._drive()
+
+    def _erase_all(self) -> dict[str, str]:
+        modules = {self.filename: self.payload["source"], **self.payload["modules"]}
+        injected = ["console", *self.payload["globals"]]
+        if self.payload["report"]:
+            injected.append("report")
+        sources = {}
+        for name, text in modules.items():
+            try:
+                if self.payload["language"] == "typescript":
+                    erased = erase(text)
+                    javascript, declared = erased.javascript, erased.top_level_names
+                else:
+                    javascript, declared = text, declared_names(text)
+            except (TypeScriptSyntaxError, UnsupportedTypeScript) as error:
+                kind = "SyntaxError" if isinstance(error, TypeScriptSyntaxError) else "TypeError"
+                raise _Settled(
+                    _failure("link_error", kind, str(error), name, error.line, error.column)
+                ) from None
+            # Globals are module-scope bindings: an import appended after the caller's last
+            # line (imports hoist), so no line or column of the caller's source moves. A
+            # name the module declares itself shadows the global instead of clashing.
+            names = [n for n in injected if n not in declared]
+            if names:
+                javascript += f'\n;import {{ {", ".join(names)} }} from "{GLOBALS_SPECIFIER}";'
+            sources[name] = javascript
+        return sources
+
+    def _open_context(self) -> None:
+        context = quickjs.Context()
+        self.context = context
+        runtime, self.js_context = capi.context_pointers(context)
+        interrupt = capi.INTERRUPT_T(lambda _rt, _opaque: 1 if self.cancelled.is_set() else 0)
+        normalize = capi.NORMALIZE_T(self._normalize)
+        load = capi.LOAD_T(self._load)
+        self._callbacks = (interrupt, normalize, load)  # alive as long as the context
+        lib.JS_SetInterruptHandler(runtime, capi.ctypes.cast(interrupt, capi.c_void_p), None)
+        lib.JS_SetModuleLoaderFunc(
+            runtime,
+            capi.ctypes.cast(normalize, capi.c_void_p),
+            capi.ctypes.cast(load, capi.c_void_p),
+            None,
+        )
+        context.add_callable("__sandbox_host_call", self._host_call)
+        context.add_callable("__sandbox_input", self._input_json)
+        self.bridge = self._guard(lambda: context.eval(PRELUDE))
+        global_object = lib.JS_GetGlobalObject(self.js_context)
+        self.module_access = lib.JS_GetPropertyStr(self.js_context, global_object, b"__sandbox_modules")
+        lib.JS_FreeValue(self.js_context, global_object)
+        self._call("harden")
+        context.set_max_stack_size(self.payload["stack_limit_bytes"])
+        context.set_memory_limit(self.payload["memory_limit_bytes"])
+
+    def _link_and_evaluate(self) -> None:
+        source = self.sources[self.filename].encode("utf-8")
+        name = self.filename.encode("utf-8")
+        compiled = lib.JS_Eval(
+            self.js_context, source, len(source), name, capi.EVAL_MODULE | capi.EVAL_COMPILE_ONLY
+        )
+        if compiled.tag == capi.TAG_EXCEPTION:
+            raise _Settled(self._pending_exception("link_error"))
+        self._set_import_meta(compiled.u, self.filename, None)
+        if lib.JS_ResolveModule(self.js_context, compiled) < 0:
+            lib.JS_FreeValue(self.js_context, compiled)
+            raise _Settled(self._pending_exception("link_error"))
+        promise = lib.JS_EvalFunction(self.js_context, compiled)  # consumes `compiled`
+        if promise.tag == capi.TAG_EXCEPTION:
+            raise _Settled(self._pending_exception("link_error"))
+        lib.JS_FreeValue(self.js_context, promise)  # the driver re-imports the namespace
+        self.linking = False
+        self._check_cancelled()
+
+    def _drive(self) -> dict[str, Any]:
+        self._call("start", self.filename)
+        while True:
+            self._drain_jobs()
+            outcome = self._call("outcome")
+            if not isinstance(outcome, str):
+                return _failure("error", "Error", "the sandbox bridge was tampered with")
+            if outcome:
+                return self._finish(json.loads(outcome))
+            if not self._call("pendingCalls"):
+                return _failure(
+                    "error",
+                    "Error",
+                    "the module's promise can never settle: it awaits something that is "
+                    "neither a job nor a pending host call",
+                )
+            self._wait_for_host()
+
+    def _wait_for_host(self) -> None:
+        message = self.link.next_message()
+        if message["type"] == "cancel":
+            self.cancelled.set()
+            self._check_cancelled()
+        ok = bool(message.get("ok"))
+        body = message.get("result") if ok else message.get("error", {})
+        self._call("settle", str(message["callId"]), ok, json.dumps(body))
+
+    def _finish(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        status = outcome.get("status")
+        if status == "success":
+            return {"status": "success", "result": json.loads(outcome["result"])}
+        error = outcome.get("error") or {}
+        if status not in ("error", "link_error"):
+            status = "error"
+        return self._classify(status, error)
+
+    # -- host side of the bridge ------------------------------------------------------
+
+    def _input_json(self) -> str:
+        payload = self.payload
+        return json.dumps(
+            {key: payload[key] for key in (  # type: ignore[literal-required]
+                "fn", "args", "has_args", "imports", "globals", "report",
+                "max_log_entries", "max_log_bytes", "max_result_bytes",
+            )}
+        )  # fmt: skip
+
+    def _host_call(self, call_id: str, target: str, payload_json: str) -> str:
+        # Called from inside QuickJS: it must never raise (a raising callable leaves the
+        # binding with an exception set), so failures come back as a refusal message.
+        try:
+            if target == REPORT_TARGET and not self.payload["report"]:
+                return "report is not available"
+            self.link.send_tool_call(str(call_id), str(target), str(payload_json))
+            return ""
+        except Exception as error:  # noqa: BLE001 - reported to the guest instead
+            return f"host call failed: {error}"
+
+    # -- module loading ---------------------------------------------------------------
+
+    def _normalize(self, js_context: int, base: bytes, name: bytes, _opaque: int) -> int | None:
+        try:
+            resolved = self._resolve(base.decode(), name.decode())
+        except Exception as error:  # noqa: BLE001 - must not unwind through C
+            capi.throw_reference_error(js_context, f"cannot resolve module: {error}")
+            return None
+        address: int | None = lib.js_strdup(js_context, resolved.encode())
+        return address
+
+    def _resolve(self, base: str, specifier: str) -> str:
+        if base == _DRIVER_NAME:
+            return specifier if specifier == self.filename else "denied:" + specifier
+        if specifier.startswith(("./", "../")) or specifier in (".", ".."):
+            base_dir = "" if base == self.filename else base[2:].rpartition("/")[0]
+            return normalize_relative(base_dir, specifier)
+        if specifier == GLOBALS_SPECIFIER:
+            return specifier
+        if _URL_LIKE.match(specifier) or specifier.startswith("/"):
+            return "url:" + specifier
+        return "import:" + specifier
+
+    def _load(self, js_context: int, name_bytes: bytes, _opaque: int) -> int | None:
+        name = name_bytes.decode()
+        try:
+            source, url = self._module_source(name)
+        except LookupError as refusal:
+            if self.linking and self.failed_specifier is None:
+                self.failed_specifier = name.partition(":")[2] if ":" in name else name
+            capi.throw_reference_error(js_context, str(refusal.args[0]))
+            return None
+        except Exception as error:  # noqa: BLE001 - must not unwind through C
+            capi.throw_reference_error(js_context, f"cannot load module '{name}': {error}")
+            return None
+        data = source.encode("utf-8")
+        compiled = lib.JS_Eval(
+            js_context, data, len(data), name_bytes, capi.EVAL_MODULE | capi.EVAL_COMPILE_ONLY
+        )
+        if compiled.tag == capi.TAG_EXCEPTION:
+            return None
+        synthetic = name.startswith("import:") or name == GLOBALS_SPECIFIER
+        self._set_import_meta(compiled.u, url, synthetic)
+        # The loader hands back a borrowed JSModuleDef*: drop the reference JS_Eval returned.
+        lib.JS_FreeValue(js_context, compiled)
+        address: int = compiled.u
+        return address
+
+    def _module_source(self, name: str) -> tuple[str, str]:
+        if name.startswith("./"):
+            if name in self.sources:
+                return self.sources[name], name
+            raise LookupError(
+                f"module '{name}' is not in options.modules (relative imports resolve only there)"
+            )
+        if name == GLOBALS_SPECIFIER:
+            names = ["console", *self.payload["globals"]]
+            if self.payload["report"]:
+                names.append("report")
+            return _synthetic_source(GLOBALS_SPECIFIER, names), GLOBALS_SPECIFIER
+        if name.startswith("import:"):
+            specifier = name[len("import:") :]
+            namespace = self.payload["imports"].get(specifier)
+            if namespace is None:
+                raise LookupError(
+                    f"module '{specifier}' is not in options.imports "
+                    "(bare specifiers resolve only there)"
+                )
+            return _synthetic_source(specifier, namespace["v"]), specifier
+        if name.startswith("url:"):
+            raise LookupError(f"module '{name[4:]}' refused: URL specifiers are not importable")
+        raise LookupError(f"module '{name.partition(':')[2] or name}' is not importable")
+
+    def _set_import_meta(self, module: int, url: str, synthetic: bool | None) -> None:
+        meta = lib.JS_GetImportMeta(self.js_context, capi.c_void_p(module))
+        if meta.tag == capi.TAG_EXCEPTION:
+            return
+        lib.JS_SetPropertyStr(self.js_context, meta, b"url", capi.new_string(self.js_context, f"sandbox:{url}"))
+        if synthetic and self.module_access is not None:
+            access = lib.JS_DupValue(self.js_context, self.module_access)
+            lib.JS_SetPropertyStr(self.js_context, meta, b"sandbox", access)
+        lib.JS_FreeValue(self.js_context, meta)
+
+    # -- errors -----------------------------------------------------------------------
+
+    def _pending_exception(self, status: str) -> dict[str, Any]:
+        exception = lib.JS_GetException(self.js_context)
+        global_object = lib.JS_GetGlobalObject(self.js_context)
+        lib.JS_SetPropertyStr(self.js_context, global_object, b"__sandbox_error", exception)
+        lib.JS_FreeValue(self.js_context, global_object)
+        self._check_cancelled()
+        described = self._call("describePending")
+        error = json.loads(described) if isinstance(described, str) else {}
+        if self.failed_specifier is not None:
+            error["specifier"] = self.failed_specifier
+        return self._classify(status, error)
+
+    def _classify(self, status: str, error: dict[str, Any]) -> dict[str, Any]:
+        info: ErrorInfo = {
+            "name": str(error.get("name") or "Error"),
+            "message": str(error.get("message") or ""),
+        }
+        if isinstance(error.get("stack"), str) and error["stack"]:
+            info["stack"] = error["stack"]
+            location = _location(error["stack"], self._user_modules())
+            if location is not None:
+                info["filename"], info["line"], info["column"] = location
+        if error.get("specifier"):
+            info["specifier"] = str(error["specifier"])
+        if _MEMORY.search(info["message"]):
+            return self._memory(info["message"])
+        return {"status": status, "error": info}
+
+    def _memory(self, detail: str) -> dict[str, Any]:
+        limit = self.payload["memory_limit_bytes"]
+        return {
+            "status": "memory",
+            "error": {
+                "name": "MemoryError",
+                "message": f"out of memory ({detail.strip()}): the memory limit is {limit} bytes",
+            },
+        }
+
+    def _user_modules(self) -> set[str]:
+        return set(self.sources)
+
+    def _check_cancelled(self) -> None:
+        if self.cancelled.is_set():
+            raise _Settled(
+                _failure("terminated", "TerminatedError", "terminated by the dispatcher")
+            )
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _call(self, op: str, *args: object) -> Any:
+        return self._guard(lambda: self.bridge(op, *args))
+
+    def _drain_jobs(self) -> None:
+        context = self.context
+        assert context is not None
+        while self._guard(context.execute_pending_job):
+            pass
+
+    def _guard(self, action: Any) -> Any:
+        """Run a binding call; map what escapes it (interrupts, OOM) to a settlement."""
+        try:
+            return action()
+        except quickjs.JSException as error:
+            self._check_cancelled()
+            text = str(error)
+            if _MEMORY.search(text):
+                raise _Settled(self._memory(text.splitlines()[0])) from None
+            name, _, message = text.splitlines()[0].partition(": ") if text else ("Error", "", "")
+            raise _Settled(
+                self._classify("error", {"name": name, "message": message, "stack": text})
+            ) from None
+        except MemoryError:
+            raise _Settled(self._memory("the host ran out of memory")) from None
+
+    def logs(self) -> list[Any]:
+        if self.bridge is None:
+            return []
+        try:
+            saved = self.cancelled.is_set()
+            self.cancelled.clear()  # the capture itself must be allowed to run
+            try:
+                text = self.bridge("logs")
+            finally:
+                if saved:
+                    self.cancelled.set()
+            return json.loads(text) if isinstance(text, str) else []
+        except Exception:  # noqa: BLE001 - logs are best effort after OOM or a cancel
+            return []
+
+    def close(self) -> None:
+        if self.module_access is not None and self.js_context:
+            lib.JS_FreeValue(self.js_context, self.module_access)
+            self.module_access = None
+        self.bridge = None
+        self.context = None  # frees the runtime; the callbacks must outlive it
+        self._callbacks = ()
+
+
+def _synthetic_source(specifier: str, names: Iterable[str]) -> str:
+    lines = [f"const ns = import.meta.sandbox.namespace({json.dumps(specifier)});"]
+    for index, name in enumerate(names):
+        if name == "default":
+            lines.append('export default ns["default"];')
+        else:
+            lines.append(f"const e{index} = ns[{json.dumps(name)}]; export {{ e{index} as {json.dumps(name)} }};")
+    return "\n".join(lines)
+
+
+def _location(stack: str, modules: set[str]) -> tuple[str, int, int] | None:
+    """The first frame of ``stack`` that lies in one of the caller's modules."""
+    for line in stack.splitlines():
+        match = _FRAME.match(line)
+        if match is not None and match["file"] in modules:
+            return match["file"], int(match["line"]), int(match["column"])
+    return None
+
+
+def _failure(
+    status: str,
+    name: str,
+    message: str,
+    filename: str | None = None,
+    line: int | None = None,
+    column: int | None = None,
+) -> dict[str, Any]:
+    error: dict[str, Any] = {"name": name, "message": message}
+    if filename is not None:
+        error["filename"] = filename
+    if line is not None:
+        error["line"] = line
+        error["column"] = column
+    return {"status": status, "error": error}
