@@ -28,6 +28,13 @@ class JSValue(ctypes.Structure):
 TAG_EXCEPTION: Final = 6
 EVAL_MODULE: Final = 1
 EVAL_COMPILE_ONLY: Final = 1 << 5
+OBJ_BYTECODE: Final = 1
+
+# A warning: ``lib`` is a ctypes.CDLL, which releases the GIL around every call. The
+# binding's host callables expect the GIL to have been released by the binding itself
+# and abort the interpreter otherwise, so no call made here may run guest code that can
+# reach a host callable. Guest code runs only through the binding (eval, module,
+# execute_pending_job, calling a function object).
 
 lib = ctypes.CDLL(_quickjs.__file__)
 lib.JS_GetRuntime.restype = c_void_p
@@ -59,6 +66,12 @@ lib.js_strdup.restype = c_void_p
 lib.js_strdup.argtypes = [c_void_p, c_char_p]
 lib.JS_SetModuleLoaderFunc.restype = None
 lib.JS_SetModuleLoaderFunc.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p]
+lib.JS_WriteObject.restype = c_void_p
+lib.JS_WriteObject.argtypes = [c_void_p, ctypes.POINTER(c_size_t), JSValue, c_int]
+lib.JS_ReadObject.restype = JSValue
+lib.JS_ReadObject.argtypes = [c_void_p, c_char_p, c_size_t, c_int]
+lib.js_free.restype = None
+lib.js_free.argtypes = [c_void_p, c_void_p]
 lib.JS_SetInterruptHandler.restype = None
 lib.JS_SetInterruptHandler.argtypes = [c_void_p, c_void_p, c_void_p]
 
@@ -92,3 +105,35 @@ def new_string(js_context: int, text: str) -> JSValue:
     data = text.encode("utf-8", "replace")
     value: JSValue = lib.JS_NewStringLen(js_context, data, len(data))
     return value
+
+
+def compile_script_bytecode(source: str, filename: str) -> bytes:
+    """Bytecode of a global script, compiled in a throwaway context."""
+    context = quickjs.Context()
+    _, js_context = context_pointers(context)
+    data = source.encode("utf-8")
+    function = lib.JS_Eval(js_context, data, len(data), filename.encode(), EVAL_COMPILE_ONLY)
+    if function.tag == TAG_EXCEPTION:
+        raise RuntimeError(f"{filename} does not compile")
+    size = c_size_t()
+    buffer = lib.JS_WriteObject(js_context, ctypes.byref(size), function, OBJ_BYTECODE)
+    try:
+        return ctypes.string_at(buffer, size.value)
+    finally:
+        lib.js_free(js_context, buffer)
+        lib.JS_FreeValue(js_context, function)
+
+
+def run_script_bytecode(js_context: int, bytecode: bytes) -> bool:
+    """Evaluate bytecode from ``compile_script_bytecode``; False if it threw.
+
+    The script must not call host callables while it runs (see the warning above).
+    """
+    function = lib.JS_ReadObject(js_context, bytecode, len(bytecode), OBJ_BYTECODE)
+    if function.tag == TAG_EXCEPTION:
+        return False
+    result = lib.JS_EvalFunction(js_context, function)  # consumes `function`
+    if result.tag == TAG_EXCEPTION:
+        return False
+    lib.JS_FreeValue(js_context, result)
+    return True

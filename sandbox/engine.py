@@ -43,8 +43,11 @@ from sandbox.typescript import (
 )
 
 PRELUDE: Final = resources.files("sandbox").joinpath("prelude.js").read_text()
+_prelude_bytecode: bytes | None = None
 GLOBALS_SPECIFIER: Final = "sandbox:globals"
-_DRIVER_NAME: Final = "<input>"  # the binding's name for scripts, where the prelude lives
+# The two trusted importers of the entry module: the binding's name for the stub that
+# links it ("<input>") and the prelude's, whose driver imports it for its namespace.
+_DRIVERS: Final = frozenset({"<input>", "<prelude>"})
 _URL_LIKE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FRAME: Final = re.compile(r"^\s*at (?:[^(]*\()?(?P<file>.+?):(?P<line>\d+):(?P<column>\d+)\)?\s*$")
 _MEMORY: Final = re.compile(r"out of memory|too large to allocate|allocation failed", re.I)
@@ -150,8 +153,11 @@ class _Run:
             None,
         )
         context.add_callable("__sandbox_host_call", self._host_call)
-        context.add_callable("__sandbox_input", self._input_json)
-        self.bridge = self._guard(lambda: context.eval(PRELUDE))
+        if not capi.run_script_bytecode(self.js_context, _prelude()):
+            self._check_cancelled()
+            raise _Settled(_failure("error", "Error", "the sandbox prelude failed to start"))
+        self.bridge = context.get("__sandbox_bridge")
+        self._call("init", self._input_json())
         global_object = lib.JS_GetGlobalObject(self.js_context)
         self.module_access = lib.JS_GetPropertyStr(self.js_context, global_object, b"__sandbox_modules")
         lib.JS_FreeValue(self.js_context, global_object)
@@ -160,21 +166,17 @@ class _Run:
         context.set_memory_limit(self.payload["memory_limit_bytes"])
 
     def _link_and_evaluate(self) -> None:
-        source = self.sources[self.filename].encode("utf-8")
-        name = self.filename.encode("utf-8")
-        compiled = lib.JS_Eval(
-            self.js_context, source, len(source), name, capi.EVAL_MODULE | capi.EVAL_COMPILE_ONLY
-        )
-        if compiled.tag == capi.TAG_EXCEPTION:
-            raise _Settled(self._pending_exception("link_error"))
-        self._set_import_meta(compiled.u, self.filename, None)
-        if lib.JS_ResolveModule(self.js_context, compiled) < 0:
-            lib.JS_FreeValue(self.js_context, compiled)
-            raise _Settled(self._pending_exception("link_error"))
-        promise = lib.JS_EvalFunction(self.js_context, compiled)  # consumes `compiled`
-        if promise.tag == capi.TAG_EXCEPTION:
-            raise _Settled(self._pending_exception("link_error"))
-        lib.JS_FreeValue(self.js_context, promise)  # the driver re-imports the namespace
+        # A one-line stub module imports the entry module through the loader: compile and
+        # link failures anywhere in the graph then throw here, synchronously, while an
+        # evaluation failure only rejects the promise the driver later awaits.
+        stub = f"import {json.dumps(self.filename)};"
+        context = self.context
+        assert context is not None
+        try:
+            context.module(stub)
+        except quickjs.JSException as error:
+            self._check_cancelled()
+            raise _Settled(self._exception("link_error", str(error))) from None
         self.linking = False
         self._check_cancelled()
 
@@ -248,7 +250,7 @@ class _Run:
         return address
 
     def _resolve(self, base: str, specifier: str) -> str:
-        if base == _DRIVER_NAME:
+        if base in _DRIVERS:
             return specifier if specifier == self.filename else "denied:" + specifier
         if specifier.startswith(("./", "../")) or specifier in (".", ".."):
             base_dir = "" if base == self.filename else base[2:].rpartition("/")[0]
@@ -285,6 +287,8 @@ class _Run:
         return address
 
     def _module_source(self, name: str) -> tuple[str, str]:
+        if name == self.filename:
+            return self.sources[name], name
         if name.startswith("./"):
             if name in self.sources:
                 return self.sources[name], name
@@ -321,15 +325,14 @@ class _Run:
 
     # -- errors -----------------------------------------------------------------------
 
-    def _pending_exception(self, status: str) -> dict[str, Any]:
-        exception = lib.JS_GetException(self.js_context)
-        global_object = lib.JS_GetGlobalObject(self.js_context)
-        lib.JS_SetPropertyStr(self.js_context, global_object, b"__sandbox_error", exception)
-        lib.JS_FreeValue(self.js_context, global_object)
-        self._check_cancelled()
-        described = self._call("describePending")
-        error = json.loads(described) if isinstance(described, str) else {}
-        if self.failed_specifier is not None:
+    def _exception(self, status: str, text: str) -> dict[str, Any]:
+        """A settlement from the text of an exception that escaped the binding."""
+        first = text.splitlines()[0] if text else ""
+        name, separator, message = first.partition(": ")
+        if not separator:
+            name, message = "Error", first
+        error: dict[str, Any] = {"name": name, "message": message, "stack": text}
+        if status == "link_error" and self.failed_specifier is not None:
             error["specifier"] = self.failed_specifier
         return self._classify(status, error)
 
@@ -345,9 +348,23 @@ class _Run:
                 info["filename"], info["line"], info["column"] = location
         if error.get("specifier"):
             info["specifier"] = str(error["specifier"])
-        if _MEMORY.search(info["message"]):
-            return self._memory(info["message"])
+        if _MEMORY.search(info["message"]) or self._memory_exhausted(info):
+            return self._memory(f"{info['name']}: {info['message']}")
         return {"status": status, "error": info}
+
+    def _memory_exhausted(self, info: ErrorInfo) -> bool:
+        # When even the error object cannot be allocated QuickJS throws `null`; it is an
+        # overrun when the heap is at the limit.
+        if info["message"] not in ("", "null") and info["name"] != "null":
+            return False
+        context = self.context
+        if context is None:
+            return False
+        try:
+            used = int(context.memory()["memory_used_size"])
+        except Exception:  # noqa: BLE001 - the memory probe itself may fail at the limit
+            return True
+        return used >= self.payload["memory_limit_bytes"] * 0.9
 
     def _memory(self, detail: str) -> dict[str, Any]:
         limit = self.payload["memory_limit_bytes"]
@@ -355,7 +372,7 @@ class _Run:
             "status": "memory",
             "error": {
                 "name": "MemoryError",
-                "message": f"out of memory ({detail.strip()}): the memory limit is {limit} bytes",
+                "message": f"out of memory: the memory limit is {limit} bytes ({detail.strip()})",
             },
         }
 
@@ -385,13 +402,7 @@ class _Run:
             return action()
         except quickjs.JSException as error:
             self._check_cancelled()
-            text = str(error)
-            if _MEMORY.search(text):
-                raise _Settled(self._memory(text.splitlines()[0])) from None
-            name, _, message = text.splitlines()[0].partition(": ") if text else ("Error", "", "")
-            raise _Settled(
-                self._classify("error", {"name": name, "message": message, "stack": text})
-            ) from None
+            raise _Settled(self._exception("error", str(error))) from None
         except MemoryError:
             raise _Settled(self._memory("the host ran out of memory")) from None
 
@@ -453,3 +464,14 @@ def _failure(
         error["line"] = line
         error["column"] = column
     return {"status": status, "error": error}
+
+
+def _prelude() -> bytes:
+    """The prelude's bytecode, compiled once per runner process (parsing it per call
+    would cost about a millisecond)."""
+    global _prelude_bytecode
+    if _prelude_bytecode is None:
+        _prelude_bytecode = capi.compile_script_bytecode(
+            "globalThis.__sandbox_bridge = " + PRELUDE, "<prelude>"
+        )
+    return _prelude_bytecode

@@ -136,8 +136,8 @@ def _filename(value: object) -> str:
     if not isinstance(value, str) or not value or "\x00" in value:
         raise InvalidCodeExecutionOptions("filename must be a non-empty string")
     # The entry module is registered under its filename; these prefixes name other kinds
-    # of module inside the runner, and "<input>" is the runner's own script name.
-    if value.startswith(("./", "../", "import:", "sandbox:")) or value == "<input>":
+    # of module inside the runner, and "<input>" is the runner's own script names.
+    if value.startswith(("./", "../", "import:", "sandbox:")) or value in ("<input>", "<prelude>"):
         raise InvalidCodeExecutionOptions(
             f"filename {value!r} may not start with './', '../', 'import:' or 'sandbox:'"
         )

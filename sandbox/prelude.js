@@ -1,15 +1,16 @@
-// Trusted set-up evaluated as a script in every fresh context before any guest code.
-// It captures the runner's two host callables, builds the bridge (value codec, host-call
+// Trusted set-up evaluated as a script in every fresh context before any guest code
+// (compiled once per runner, loaded as bytecode). It captures the runner's host callable, builds the bridge (value codec, host-call
 // proxies, console capture, export resolution) in closures, then removes everything that
 // is not an ECMAScript intrinsic from globalThis and disables code generation from strings.
-// It evaluates to the bridge (one dispatch function), which only the runner holds; synthetic
+// The bridge (one dispatch function) is left in globalThis.__sandbox_bridge for the runner
+// to take; hardening removes it before any guest code runs; synthetic
 // modules reach their values through `import.meta.sandbox`, set by the runner's loader.
 (() => {
   'use strict';
   const hostCall = globalThis.__sandbox_host_call;  // (callId, target, json) -> '' | message
   const { Object, Array, Map, Set, Date, JSON, Promise, String, Number, Error, TypeError,
           ArrayBuffer, Uint8Array, Reflect } = globalThis;
-  const input = JSON.parse(globalThis.__sandbox_input());
+  let input = null;  // set by the runner through bridge('init', json) before guest code
   const getPrototypeOf = Object.getPrototypeOf;
   const TypedArrayProto = getPrototypeOf(Uint8Array.prototype);
   const typedArrayTag = Object.getOwnPropertyDescriptor(TypedArrayProto, Symbol.toStringTag).get;
@@ -255,12 +256,7 @@
       }
       return JSON.stringify(out);
     },
-    describePending() {
-      // A link-stage exception the runner parked here; no guest code has run yet.
-      const error = globalThis.__sandbox_error;
-      delete globalThis.__sandbox_error;
-      return JSON.stringify(describe(error));
-    },
+    init(json) { input = JSON.parse(json); },
     harden() {
       // Every constructor of functions from source text, reachable as `.constructor` of
       // any function, is replaced by a thrower that can be neither written nor redefined.
