@@ -50,6 +50,7 @@ GLOBALS_SPECIFIER: Final = "sandbox:globals"
 _DRIVERS: Final = frozenset({"<input>", "<prelude>"})
 _URL_LIKE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FRAME: Final = re.compile(r"^\s*at (?:[^(]*\()?(?P<file>.+?):(?P<line>\d+):(?P<column>\d+)\)?\s*$")
+MEMORY_SUSPICION_RATIO: Final = 0.9
 _MEMORY: Final = re.compile(r"out of memory|too large to allocate|allocation failed", re.I)
 
 
@@ -112,9 +113,7 @@ class _Run:
 
     def _erase_all(self) -> dict[str, str]:
         modules = {self.filename: self.payload["source"], **self.payload["modules"]}
-        injected = ["console", *self.payload["globals"]]
-        if self.payload["report"]:
-            injected.append("report")
+        injected = self._global_names()
         sources = {}
         for name, text in modules.items():
             try:
@@ -216,6 +215,15 @@ class _Run:
             status = "error"
         return self._classify(status, error)
 
+    def _global_names(self) -> list[str]:
+        """Module-scope names: the capturing console (unless the caller gave one), the
+        caller's globals and ``report`` when a report callback was given."""
+        names = [] if "console" in self.payload["globals"] else ["console"]
+        names += self.payload["globals"]
+        if self.payload["report"]:
+            names.append("report")
+        return names
+
     # -- host side of the bridge ------------------------------------------------------
 
     def _input_json(self) -> str:
@@ -296,10 +304,7 @@ class _Run:
                 f"module '{name}' is not in options.modules (relative imports resolve only there)"
             )
         if name == GLOBALS_SPECIFIER:
-            names = ["console", *self.payload["globals"]]
-            if self.payload["report"]:
-                names.append("report")
-            return _synthetic_source(GLOBALS_SPECIFIER, names), GLOBALS_SPECIFIER
+            return _synthetic_source(GLOBALS_SPECIFIER, self._global_names()), GLOBALS_SPECIFIER
         if name.startswith("import:"):
             specifier = name[len("import:") :]
             namespace = self.payload["imports"].get(specifier)
@@ -361,10 +366,12 @@ class _Run:
         if context is None:
             return False
         try:
-            used = int(context.memory()["memory_used_size"])
+            used = int(context.memory()["malloc_size"])
         except Exception:  # noqa: BLE001 - the memory probe itself may fail at the limit
             return True
-        return used >= self.payload["memory_limit_bytes"] * 0.9
+        # malloc_size counts the allocator's view, which sits at the limit right after an
+        # allocation was refused; a guest's own `throw null` far from it stays an error.
+        return used >= self.payload["memory_limit_bytes"] * MEMORY_SUSPICION_RATIO
 
     def _memory(self, detail: str) -> dict[str, Any]:
         limit = self.payload["memory_limit_bytes"]

@@ -110,6 +110,12 @@ class CodeExecution:
     def running(self) -> bool:
         return not self._settled.is_set()
 
+    @property
+    def runner_pid(self) -> int | None:
+        """The pid of the runner process serving this execution, None when there is none."""
+        with self._lock:
+            return self._runner.pid if self._runner is not None else None
+
     def result(self, timeout: float | None = None) -> CodeExecutionResult:
         """The settled result. Raises ``TimeoutError`` when ``timeout`` passes first (the
         execution goes on: only ``terminate`` stops it)."""

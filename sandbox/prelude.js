@@ -10,6 +10,18 @@
   const hostCall = globalThis.__sandbox_host_call;  // (callId, target, json) -> '' | message
   const { Object, Array, Map, Set, Date, JSON, Promise, String, Number, Error, TypeError,
           ArrayBuffer, Uint8Array, Reflect } = globalThis;
+  // Captured now: a guest that replaces intrinsics in its own context must not be able
+  // to make the bridge misreport its result.
+  const stringify = JSON.stringify, parse = JSON.parse;
+  const { keys, freeze, isFrozen, defineProperty, getOwnPropertyDescriptor } = Object;
+  const isArray = Array.isArray;
+  const setOwn = (target, key, value) =>
+    defineProperty(target, key, { value, writable: true, enumerable: true, configurable: true });
+  const mapArray = (array, fn) => {
+    const out = new Array(array.length);
+    for (let i = 0; i < array.length; i++) out[i] = fn(array[i], i);
+    return out;
+  };
   let input = null;  // set by the runner through bridge('init', json) before guest code
   const getPrototypeOf = Object.getPrototypeOf;
   const TypedArrayProto = getPrototypeOf(Uint8Array.prototype);
@@ -62,21 +74,19 @@
     if (seen.has(value)) throw new SerializationError(`${path}: cyclic structure is not transferable`);
     seen.add(value);
     try {
-      if (Array.isArray(value)) {
+      if (isArray(value)) {
         if (getPrototypeOf(value) !== Array.prototype) throw new SerializationError(`${path}: an Array subclass is not transferable`);
-        const out = [];
-        for (let i = 0; i < value.length; i++) out.push(encode(value[i], `${path}[${i}]`, seen));
-        return out;
+        return mapArray(value, (item, i) => encode(item, `${path}[${i}]`, seen));
       }
       if (value instanceof Date) return { $: 'date', v: value.getTime() };
       if (value instanceof Map) {
         let i = 0; const out = [];
-        for (const [k, v] of value) { out.push([encode(k, `${path}<key ${i}>`, seen), encode(v, `${path}<value ${i}>`, seen)]); i++; }
+        for (const [k, v] of value) { out[i] = [encode(k, `${path}<key ${i}>`, seen), encode(v, `${path}<value ${i}>`, seen)]; i++; }
         return { $: 'map', v: out };
       }
       if (value instanceof Set) {
         let i = 0; const out = [];
-        for (const v of value) out.push(encode(v, `${path}<item ${i++}>`, seen));
+        for (const v of value) { out[i] = encode(v, `${path}<item ${i}>`, seen); i++; }
         return { $: 'set', v: out };
       }
       if (value instanceof ArrayBuffer) return { $: 'bytes', k: 'ArrayBuffer', v: toBase64(new Uint8Array(value)) };
@@ -89,27 +99,27 @@
         const name = proto && proto.constructor && typeof proto.constructor.name === 'string' ? proto.constructor.name : 'object';
         throw new SerializationError(`${path}: a ${name || 'class'} instance is not transferable`);
       }
-      const out = {};
-      for (const key of Object.keys(value)) out[key] = encode(value[key], member(path, key), seen);
+      const out = {};  // setOwn: a '__proto__' key stays an ordinary own property
+      for (const key of keys(value)) setOwn(out, key, encode(value[key], member(path, key), seen));
       return { $: 'object', v: out };
     } finally {
       seen.delete(value);
     }
   }
-  const encodeJSON = (value, path) => JSON.stringify(encode(value, path, new Set()));
+  const encodeJSON = (value, path) => stringify(encode(value, path, new Set()));
 
   // Tagged JSON node -> fresh guest value (a structured clone: nothing is shared).
   function decode(node) {
     if (node === null || typeof node !== 'object') return node;
-    if (Array.isArray(node)) return node.map(decode);
+    if (isArray(node)) return mapArray(node, decode);
     switch (node.$) {
-      case 'object': { const out = {}; for (const key of Object.keys(node.v)) out[key] = decode(node.v[key]); return out; }
+      case 'object': { const out = {}; for (const key of keys(node.v)) setOwn(out, key, decode(node.v[key])); return out; }
       case 'undefined': return undefined;
       case 'number': return { NaN: NaN, Infinity: Infinity, '-Infinity': -Infinity, '-0': -0 }[node.v];
       case 'bigint': return BigInt(node.v);
       case 'date': return new Date(node.v);
-      case 'map': return new Map(node.v.map(([k, v]) => [decode(k), decode(v)]));
-      case 'set': return new Set(node.v.map(decode));
+      case 'map': return new Map(mapArray(node.v, ([k, v]) => [decode(k), decode(v)]));
+      case 'set': return new Set(mapArray(node.v, decode));
       case 'bytes': {
         const bytes = fromBase64(node.v);
         if (node.k === 'ArrayBuffer') return bytes.buffer;
@@ -165,11 +175,11 @@
   function capture(level) {
     return (...args) => {
       if (logs.length >= input.max_log_entries) { dropped++; return; }
-      const encoded = args.map(logArg);
-      const size = JSON.stringify(encoded).length;
+      const encoded = mapArray(args, logArg);
+      const size = stringify(encoded).length;
       if (logBytes + size > input.max_log_bytes) { dropped++; return; }
       logBytes += size;
-      logs.push({ level, args: encoded, timestamp: Date.now() });
+      logs[logs.length] = { level, args: encoded, timestamp: Date.now() };
     };
   }
   const console = Object.freeze({
@@ -217,7 +227,7 @@
     }
     let candidate = ns[input.fn];
     if (typeof candidate === 'function') {
-      candidate = candidate(...input.args.map(decode));
+      candidate = candidate(...mapArray(input.args, decode));
     } else if (input.has_args) {
       return { status: 'error', error: { name: 'TypeError', message: `export '${input.fn}' is not a function but execute.args were given` } };
     }
@@ -236,27 +246,27 @@
         (error) => { outcome = { status: 'error', error: describe(error) }; },
       );
     },
-    outcome() { return outcome === null ? '' : JSON.stringify(outcome); },
+    outcome() { return outcome === null ? '' : stringify(outcome); },
     pendingCalls() { return pending.size; },
     settle(callId, ok, json) {
       const waiter = pending.get(callId);
       if (waiter === undefined) return;
       pending.delete(callId);
-      const body = JSON.parse(json);
+      const body = parse(json);
       if (ok) { waiter.resolve(decode(body)); return; }
       const error = new Error(String(body.message ?? 'host function failed'));
       if (body.name) Object.defineProperty(error, 'name', { value: String(body.name), configurable: true, writable: true });
       waiter.reject(error);
     },
     logs() {
-      const out = logs.slice();
+      const out = mapArray(logs, (entry) => entry);
       if (dropped > 0) {
-        out.push({ level: 'warn', timestamp: Date.now(), args: [
+        out[out.length] = ({ level: 'warn', timestamp: Date.now(), args: [
           `${dropped} console entries dropped (caps MAX_LOG_ENTRIES=${input.max_log_entries}, MAX_LOG_BYTES=${input.max_log_bytes})`] });
       }
-      return JSON.stringify(out);
+      return stringify(out);
     },
-    init(json) { input = JSON.parse(json); },
+    init(json) { input = parse(json); },
     harden() {
       // Every constructor of functions from source text, reachable as `.constructor` of
       // any function, is replaced by a thrower that can be neither written nor redefined.
