@@ -50,7 +50,7 @@ GLOBALS_SPECIFIER: Final = "sandbox:globals"
 _DRIVERS: Final = frozenset({"<input>", "<prelude>"})
 _URL_LIKE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FRAME: Final = re.compile(r"^\s*at (?:[^(]*\()?(?P<file>.+?):(?P<line>\d+):(?P<column>\d+)\)?\s*$")
-MEMORY_SUSPICION_RATIO: Final = 0.9
+MEMORY_SUSPICION_RATIO: Final = 0.25
 _MEMORY: Final = re.compile(r"out of memory|too large to allocate|allocation failed", re.I)
 
 
