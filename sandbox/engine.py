@@ -158,7 +158,9 @@ class _Run:
         self.bridge = context.get("__sandbox_bridge")
         self._call("init", self._input_json())
         global_object = lib.JS_GetGlobalObject(self.js_context)
-        self.module_access = lib.JS_GetPropertyStr(self.js_context, global_object, b"__sandbox_modules")
+        self.module_access = lib.JS_GetPropertyStr(
+            self.js_context, global_object, b"__sandbox_modules"
+        )
         lib.JS_FreeValue(self.js_context, global_object)
         self._call("harden")
         context.set_max_stack_size(self.payload["stack_limit_bytes"])
@@ -243,7 +245,7 @@ class _Run:
                 return "report is not available"
             self.link.send_tool_call(str(call_id), str(target), str(payload_json))
             return ""
-        except Exception as error:  # noqa: BLE001 - reported to the guest instead
+        except Exception as error:
             return f"host call failed: {error}"
 
     # -- module loading ---------------------------------------------------------------
@@ -251,7 +253,7 @@ class _Run:
     def _normalize(self, js_context: int, base: bytes, name: bytes, _opaque: int) -> int | None:
         try:
             resolved = self._resolve(base.decode(), name.decode())
-        except Exception as error:  # noqa: BLE001 - must not unwind through C
+        except Exception as error:
             capi.throw_reference_error(js_context, f"cannot resolve module: {error}")
             return None
         address: int | None = lib.js_strdup(js_context, resolved.encode())
@@ -278,7 +280,7 @@ class _Run:
                 self.failed_specifier = name.partition(":")[2] if ":" in name else name
             capi.throw_reference_error(js_context, str(refusal.args[0]))
             return None
-        except Exception as error:  # noqa: BLE001 - must not unwind through C
+        except Exception as error:
             capi.throw_reference_error(js_context, f"cannot load module '{name}': {error}")
             return None
         data = source.encode("utf-8")
@@ -322,7 +324,9 @@ class _Run:
         meta = lib.JS_GetImportMeta(self.js_context, capi.c_void_p(module))
         if meta.tag == capi.TAG_EXCEPTION:
             return
-        lib.JS_SetPropertyStr(self.js_context, meta, b"url", capi.new_string(self.js_context, f"sandbox:{url}"))
+        lib.JS_SetPropertyStr(
+            self.js_context, meta, b"url", capi.new_string(self.js_context, f"sandbox:{url}")
+        )
         if synthetic and self.module_access is not None:
             access = lib.JS_DupValue(self.js_context, self.module_access)
             lib.JS_SetPropertyStr(self.js_context, meta, b"sandbox", access)
@@ -367,7 +371,7 @@ class _Run:
             return False
         try:
             used = int(context.memory()["malloc_size"])
-        except Exception:  # noqa: BLE001 - the memory probe itself may fail at the limit
+        except Exception:
             return True
         # malloc_size counts the allocator's view, which sits at the limit right after an
         # allocation was refused; a guest's own `throw null` far from it stays an error.
@@ -425,7 +429,7 @@ class _Run:
                 if saved:
                     self.cancelled.set()
             return json.loads(text) if isinstance(text, str) else []
-        except Exception:  # noqa: BLE001 - logs are best effort after OOM or a cancel
+        except Exception:
             return []
 
     def close(self) -> None:
@@ -443,7 +447,10 @@ def _synthetic_source(specifier: str, names: Iterable[str]) -> str:
         if name == "default":
             lines.append('export default ns["default"];')
         else:
-            lines.append(f"const e{index} = ns[{json.dumps(name)}]; export {{ e{index} as {json.dumps(name)} }};")
+            lines.append(
+                f"const e{index} = ns[{json.dumps(name)}];"
+                f" export {{ e{index} as {json.dumps(name)} }};"
+            )
     return "\n".join(lines)
 
 

@@ -210,7 +210,7 @@ class CodeExecution:
         try:
             value = self._invoke(str(message["target"]), message.get("input") or [])
             reply.update(ok=True, result=marshal.encode(value, "host result"))
-        except Exception as error:  # noqa: BLE001 - a host exception is a guest rejection
+        except Exception as error:
             reply.update(ok=False, error={"name": type(error).__name__, "message": str(error)})
         with self._lock:
             attached = self._runner is runner
@@ -366,7 +366,10 @@ def configure_default_pool(size: int, *, cancel_grace_seconds: float = 0.02) -> 
     """Replace the process-wide pool ``run_code`` uses when given none (closing the old)."""
     global _default_pool
     with _default_lock:
-        old, _default_pool = _default_pool, RunnerPool(size, cancel_grace_seconds=cancel_grace_seconds)
+        old, _default_pool = (
+            _default_pool,
+            RunnerPool(size, cancel_grace_seconds=cancel_grace_seconds),
+        )
         pool = _default_pool
     if old is not None:
         old.close()

@@ -10,6 +10,7 @@ killed or crashed runner never shrinks the pool.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -163,10 +164,8 @@ class RunnerPool:
         for runner in runners:
             stdin = runner.process.stdin
             if stdin is not None:
-                try:
+                with contextlib.suppress(OSError):
                     stdin.close()
-                except OSError:
-                    pass
         for runner in runners:
             try:
                 runner.process.wait(timeout=2)

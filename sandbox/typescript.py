@@ -162,7 +162,7 @@ class _Eraser:
     def blank(self, start: int, end: int) -> None:
         self.edits.append((start, end, None))
 
-    def visit(self, node: Node) -> None:  # noqa: C901 - one dispatch over node kinds
+    def visit(self, node: Node) -> None:
         kind = node.type
         if node.is_error or node.is_missing:
             self.errors.append((node.start_point[0] + 1, node.start_point[1] + 1))
@@ -215,12 +215,16 @@ class _Eraser:
         if kind == "export_statement" and _second_child_is(node, "type"):
             self.blank(node.start_byte, node.end_byte)
             return
-        if kind in ("import_specifier", "export_specifier") and node.children and (
-            node.children[0].type == "type"
+        if (
+            kind in ("import_specifier", "export_specifier")
+            and node.children
+            and (node.children[0].type == "type")
         ):
             following = node.next_sibling
-            end = following.end_byte if following is not None and following.type == "," else (
-                node.end_byte
+            end = (
+                following.end_byte
+                if following is not None and following.type == ","
+                else (node.end_byte)
             )
             self.blank(node.start_byte, end)
             return

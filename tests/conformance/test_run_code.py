@@ -100,7 +100,8 @@ export default (p: Point): Pair<number> => swap([p.x, p.y]);
 
 
 def test_source_is_an_es_module_with_top_level_await_and_import_meta(pool: RunnerPool) -> None:
-    """13.9 (2), 13.7, 13.2: an ES module; top-level await; import.meta.url is sandbox:<filename>."""
+    """13.9 (2), 13.7, 13.2: an ES module with top-level await; import.meta.url is
+    sandbox:<filename>."""
     source = "const v = await Promise.resolve(3); export default [v, import.meta.url, typeof this];"
 
     outcome = run(pool, source, {"filename": "agent/tool.ts"})
@@ -113,12 +114,15 @@ def test_javascript_mode_does_not_erase_types(pool: RunnerPool) -> None:
     outcome = run(pool, "const x: number = 1;", {"language": "javascript"})
 
     assert outcome.status == "link_error"
-    assert outcome.error is not None and outcome.error.name == "SyntaxError"
+    assert outcome.error is not None
+    assert outcome.error.name == "SyntaxError"
 
 
 def test_enums_are_erased_to_objects(pool: RunnerPool) -> None:
     """13.6: erasure keeps the runtime meaning of enums."""
-    outcome = run(pool, "enum Color { Red, Green = 5, Blue }\nexport default [Color.Blue, Color[5]];")
+    outcome = run(
+        pool, "enum Color { Red, Green = 5, Blue }\nexport default [Color.Blue, Color[5]];"
+    )
 
     assert outcome.result == [6, "Green"]
 
@@ -147,7 +151,8 @@ def test_unsupported_typescript_is_a_link_error_that_says_so(
 
 
 def test_bare_specifiers_resolve_from_imports_with_default_export(pool: RunnerPool) -> None:
-    """13.9 (3), 13.2: bare specifiers come from options.imports; key `default` is the default export."""
+    """13.9 (3), 13.2: bare specifiers come from options.imports; the key `default` is the
+    default export."""
     source = "import lib, { add, PI } from 'math-lib'; export default [lib, await add(2, 3), PI];"
     options = {"imports": {"math-lib": {"default": "LIB", "add": lambda a, b: a + b, "PI": 3.5}}}
 
@@ -174,7 +179,9 @@ def test_relative_specifiers_resolve_from_modules(pool: RunnerPool) -> None:
     """13.9 (3), 13.2: relative specifiers come from options.modules (source-backed modules)."""
     options = {
         "modules": {
-            "./lib/math.ts": "import { twice } from './twice.ts';\nexport const f = (n: number) => twice(n) + 1;",
+            "./lib/math.ts": (
+                "import { twice } from './twice.ts';\nexport const f = (n: number) => twice(n) + 1;"
+            ),
             "./lib/twice.ts": "export const twice = (n: number): number => n * 2;",
         }
     }
@@ -209,15 +216,19 @@ def test_imports_may_not_hold_relative_specifiers(pool: RunnerPool) -> None:
     outcome = run(pool, "export default 1", {"imports": {"./x": {"a": 1}}})
 
     assert outcome.status == "link_error"
-    assert outcome.error is not None and outcome.error.specifier == "./x"
+    assert outcome.error is not None
+    assert outcome.error.specifier == "./x"
 
 
 def test_missing_named_import_is_a_link_error(pool: RunnerPool) -> None:
     """13.2: linkage fails when an imported name is not exported."""
-    outcome = run(pool, "import { nope } from './a.ts';", {"modules": {"./a.ts": "export const a = 1;"}})
+    outcome = run(
+        pool, "import { nope } from './a.ts';", {"modules": {"./a.ts": "export const a = 1;"}}
+    )
 
     assert outcome.status == "link_error"
-    assert outcome.error is not None and "nope" in outcome.error.message
+    assert outcome.error is not None
+    assert "nope" in outcome.error.message
 
 
 # -- 4. globals at module scope, not on globalThis -------------------------------------
@@ -302,8 +313,10 @@ def test_function_constructor_cannot_be_restored(pool: RunnerPool) -> None:
     source = """
 const proto = Object.getPrototypeOf(function () {});
 let outcome = [];
-try { proto.constructor = function () {}; outcome.push('assigned'); } catch (e) { outcome.push(e.name); }
-try { Object.defineProperty(proto, 'constructor', { value: 1 }); outcome.push('defined'); } catch (e) { outcome.push(e.name); }
+try { proto.constructor = function () {}; outcome.push('assigned'); }
+catch (e) { outcome.push(e.name); }
+try { Object.defineProperty(proto, 'constructor', { value: 1 }); outcome.push('defined'); }
+catch (e) { outcome.push(e.name); }
 export default outcome;
 """
     assert run(pool, source).result == ["TypeError", "TypeError"]
@@ -365,7 +378,8 @@ def test_invalid_memory_limits_are_link_errors(pool: RunnerPool, value: object) 
 
 
 def test_terminate_settles_a_tight_loop_as_terminated_with_the_reason(pool: RunnerPool) -> None:
-    """13.9 (8), 13.4: terminate() settles with status terminated; the reason is in error.message."""
+    """13.9 (8), 13.4: terminate() settles with status terminated; the reason is in
+    error.message."""
     execution = pool.run_code("while (true) {}")
     wait_for(lambda: execution.runner_pid is not None)
     time.sleep(0.05)  # let the loop spin
@@ -376,7 +390,8 @@ def test_terminate_settles_a_tight_loop_as_terminated_with_the_reason(pool: Runn
     elapsed = time.perf_counter() - started
 
     assert outcome.status == "terminated"
-    assert outcome.error is not None and outcome.error.message == "budget exhausted"
+    assert outcome.error is not None
+    assert outcome.error.message == "budget exhausted"
     assert elapsed < 1.0  # generous: the 50 ms figure is measured by `make bench`
 
 
@@ -387,7 +402,8 @@ def test_terminate_is_idempotent(pool: RunnerPool) -> None:
     execution.terminate("second")
 
     outcome = execution.result(timeout=SETTLE_TIMEOUT)
-    assert outcome.error is not None and outcome.error.message == "first"
+    assert outcome.error is not None
+    assert outcome.error.message == "first"
     assert run(pool, "export default 'still serving'").result == "still serving"
 
 
@@ -403,7 +419,10 @@ def test_terminate_after_settling_changes_nothing(pool: RunnerPool) -> None:
 
 def test_no_wall_clock_timeout_is_invented(pool: RunnerPool) -> None:
     """13.4: the runtime does not invent a wall-clock timeout."""
-    source = "const end = Date.now() + 1500; let n = 0; while (Date.now() < end) n++; export default n > 0;"
+    source = (
+        "const end = Date.now() + 1500; let n = 0; while (Date.now() < end) n++;"
+        "export default n > 0;"
+    )
 
     assert run(pool, source).result is True
 
@@ -416,7 +435,8 @@ def test_an_abort_signal_terminates_the_execution(pool: RunnerPool) -> None:
 
     outcome = execution.result(timeout=SETTLE_TIMEOUT)
     assert outcome.status == "terminated"
-    assert outcome.error is not None and outcome.error.message == "thread stopped"
+    assert outcome.error is not None
+    assert outcome.error.message == "thread stopped"
 
 
 # -- 9. marshaling ------------------------------------------------------------------------
@@ -434,18 +454,29 @@ def test_values_cross_by_structured_clone_both_ways(pool: RunnerPool) -> None:
     }  # fmt: skip
     source = """
 export default (v) => ({
-  types: [typeof v.u, typeof v.big, v.map instanceof Map, v.set instanceof Set, v.date instanceof Date,
-          v.bytes instanceof Uint8Array, v.floats instanceof Float64Array, Object.is(v.negzero, -0),
-          Number.isNaN(v.nan)],
+  types: [typeof v.u, typeof v.big, v.map instanceof Map, v.set instanceof Set,
+          v.date instanceof Date, v.bytes instanceof Uint8Array, v.floats instanceof Float64Array,
+          Object.is(v.negzero, -0), Number.isNaN(v.nan)],
   back: v,
 });
 """
     outcome = run(pool, source, {"execute": {"args": [value]}})
 
     assert outcome.status == "success", outcome.error
-    assert outcome.result["types"] == ["undefined", "bigint", True, True, True, True, True, True, True]
+    assert outcome.result["types"] == [
+        "undefined",
+        "bigint",
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+    ]
     back = outcome.result["back"]
-    assert math.isnan(back.pop("nan")) and math.isnan(value.pop("nan"))  # NaN != NaN
+    assert math.isnan(back.pop("nan"))
+    assert math.isnan(value.pop("nan"))
     assert math.copysign(1, back["negzero"]) == -1
     assert back == value
     assert isinstance(back["map"], JSMap)
@@ -494,7 +525,9 @@ def test_async_host_functions_are_awaited(pool: RunnerPool) -> None:
         await asyncio.sleep(0)
         return {"id": user_id, "name": "Ada"}
 
-    outcome = run(pool, "export default await fetchUser(7);", {"globals": {"fetchUser": fetch_user}})
+    outcome = run(
+        pool, "export default await fetchUser(7);", {"globals": {"fetchUser": fetch_user}}
+    )
 
     assert outcome.result == {"id": 7, "name": "Ada"}
 
@@ -513,7 +546,8 @@ def test_async_host_functions_are_awaited(pool: RunnerPool) -> None:
 def test_non_transferable_results_are_serialization_errors_naming_the_path(
     pool: RunnerPool, expression: str, path: str
 ) -> None:
-    """13.3: class instances, functions, symbols, WeakMaps are not transferable (SerializationError)."""
+    """13.3: class instances, functions, symbols and WeakMaps are not transferable: a
+    SerializationError naming the path."""
     outcome = run(pool, f"export default {expression};")
 
     assert outcome.status == "error"
@@ -527,14 +561,16 @@ def test_non_transferable_host_values_are_refused_up_front(pool: RunnerPool) -> 
     outcome = run(pool, "export default 1", {"globals": {"lock": object()}})
 
     assert outcome.status == "link_error"
-    assert outcome.error is not None and "globals.lock" in outcome.error.message
+    assert outcome.error is not None
+    assert "globals.lock" in outcome.error.message
 
 
 # -- 10. configured export resolution ---------------------------------------------------
 
 
 def test_default_function_export_is_called_and_awaited(pool: RunnerPool) -> None:
-    """13.9 (10), 13.5: execute.fn defaults to 'default'; functions are called; thenables awaited."""
+    """13.9 (10), 13.5: execute.fn defaults to 'default'; functions are called and
+    thenables awaited."""
     source = "export default () => ({ then(resolve) { resolve(Promise.resolve('deep')); } });"
 
     assert run(pool, source).result == "deep"
@@ -551,7 +587,9 @@ def test_named_export_is_called_with_args(pool: RunnerPool) -> None:
 
 def test_non_function_export_is_returned_as_is(pool: RunnerPool) -> None:
     """13.5: a non-function export is the result (awaited if a thenable)."""
-    assert run(pool, "export const config = Promise.resolve({ a: 1 });", {"execute": {"fn": "config"}}).result == {"a": 1}
+    assert run(
+        pool, "export const config = Promise.resolve({ a: 1 });", {"execute": {"fn": "config"}}
+    ).result == {"a": 1}
 
 
 def test_non_function_export_with_args_is_an_error(pool: RunnerPool) -> None:
@@ -566,7 +604,8 @@ def test_missing_export_is_a_link_error(pool: RunnerPool) -> None:
     outcome = run(pool, "export const a = 1;", {"execute": {"fn": "main"}})
 
     assert outcome.status == "link_error"
-    assert outcome.error is not None and "main" in outcome.error.message
+    assert outcome.error is not None
+    assert "main" in outcome.error.message
 
 
 @pytest.mark.parametrize(
@@ -603,7 +642,13 @@ def test_every_status_code_is_one_of_the_five(pool: RunnerPool) -> None:
         stopped.result(timeout=SETTLE_TIMEOUT),
     ]
 
-    assert [o.status for o in outcomes] == ["success", "error", "link_error", "memory", "terminated"]
+    assert [o.status for o in outcomes] == [
+        "success",
+        "error",
+        "link_error",
+        "memory",
+        "terminated",
+    ]
 
 
 def test_an_unknown_option_is_a_link_error(pool: RunnerPool) -> None:
@@ -655,7 +700,10 @@ def test_module_state_is_not_cached_between_calls(pool: RunnerPool) -> None:
 def test_console_is_captured_into_logs_with_level_and_timestamp(pool: RunnerPool) -> None:
     """13.9 SHOULD, DIGEST 17: console.* is captured (levels, args, timestamp in ms)."""
     before = time.time() * 1000
-    source = "console.log('a', 1, { b: [2n] }); console.warn('w'); console.error(new Error('e')); export default 0;"
+    source = (
+        "console.log('a', 1, { b: [2n] }); console.warn('w');"
+        "console.error(new Error('e')); export default 0;"
+    )
 
     outcome = run(pool, source)
 
@@ -670,7 +718,11 @@ def test_console_is_captured_into_logs_with_level_and_timestamp(pool: RunnerPool
 def test_a_console_global_overrides_the_capturing_one(pool: RunnerPool) -> None:
     """DIGEST 17: a capturing console is provided unless the caller supplies one."""
     lines: list[Any] = []
-    outcome = run(pool, "await console.log('hi'); export default 1;", {"globals": {"console": {"log": lines.append}}})
+    outcome = run(
+        pool,
+        "await console.log('hi'); export default 1;",
+        {"globals": {"console": {"log": lines.append}}},
+    )
 
     assert outcome.logs == []
     assert lines == ["hi"]
@@ -679,7 +731,16 @@ def test_a_console_global_overrides_the_capturing_one(pool: RunnerPool) -> None:
 def test_runtime_errors_point_into_the_callers_typescript(pool: RunnerPool) -> None:
     """13.9 SHOULD: errors carry line/column of the caller's source (types erased in place)."""
     failing_line = "  const y: { z: number } = (x as any).a.b.c;"
-    source = f"type T = {{ a: number }};\nconst f = (x: T): number => {{\n{failing_line}\n  return y.z;\n}};\nexport default () => f({{ a: 1 }});\n"
+    source = "\n".join(
+        [
+            "type T = { a: number };",
+            "const f = (x: T): number => {",
+            failing_line,
+            "  return y.z;",
+            "};",
+            "export default () => f({ a: 1 });",
+        ]
+    )
 
     outcome = run(pool, source, {"filename": "calc.ts"})
 
@@ -698,10 +759,14 @@ def test_syntax_errors_point_into_the_callers_source(pool: RunnerPool) -> None:
     nested = run(pool, "import './m.ts';", {"modules": {"./m.ts": "\n\nlet = = 2;"}})
 
     assert ts.status == js.status == nested.status == "link_error"
-    assert ts.error is not None and ts.error.line == 2
-    assert ts.error.column is not None and 1 <= ts.error.column <= len("const b = (;")
-    assert js.error is not None and (js.error.filename, js.error.line) == ("bad.js", 2)
-    assert nested.error is not None and (nested.error.filename, nested.error.line) == ("./m.ts", 3)
+    assert ts.error is not None
+    assert ts.error.line == 2
+    assert ts.error.column is not None
+    assert 1 <= ts.error.column <= len("const b = (;")
+    assert js.error is not None
+    assert (js.error.filename, js.error.line) == ("bad.js", 2)
+    assert nested.error is not None
+    assert (nested.error.filename, nested.error.line) == ("./m.ts", 3)
 
 
 def test_reports_are_collected_and_forwarded(pool: RunnerPool) -> None:
@@ -740,7 +805,8 @@ def test_constructor_chain_escape_is_refused(pool: RunnerPool) -> None:
     outcome = run(pool, source)
 
     assert outcome.status == "error"
-    assert outcome.error is not None and outcome.error.name == "EvalError"
+    assert outcome.error is not None
+    assert outcome.error.name == "EvalError"
 
 
 def test_deep_recursion_is_an_error_not_a_crash(pool: RunnerPool) -> None:
@@ -748,7 +814,8 @@ def test_deep_recursion_is_an_error_not_a_crash(pool: RunnerPool) -> None:
     outcome = run(pool, "const f = (n: number): number => f(n + 1) + 1; export default () => f(0);")
 
     assert outcome.status == "error"
-    assert outcome.error is not None and outcome.error.name == "RangeError"
+    assert outcome.error is not None
+    assert outcome.error.name == "RangeError"
     assert run(pool, "export default 'alive'").result == "alive"
 
 
@@ -768,7 +835,8 @@ def test_huge_strings_and_arrays_are_contained(pool: RunnerPool, source: str) ->
 
     assert outcome.status in ("memory", "error")
     if outcome.status == "error":  # lengths past the engine's own caps
-        assert outcome.error is not None and outcome.error.name in ("RangeError", "InternalError")
+        assert outcome.error is not None
+        assert outcome.error.name in ("RangeError", "InternalError")
     assert run(pool, "export default 1").result == 1
 
 
@@ -794,7 +862,11 @@ let caught;
 try { await fail('why'); } catch (e) { caught = [e.name, e.message, e instanceof Error]; }
 export default caught;
 """
-    assert run(pool, source, {"globals": {"fail": fail}}).result == ["PermissionError", "denied: why", True]
+    assert run(pool, source, {"globals": {"fail": fail}}).result == [
+        "PermissionError",
+        "denied: why",
+        True,
+    ]
 
 
 def test_uncaught_host_exception_settles_error(pool: RunnerPool) -> None:
@@ -806,12 +878,20 @@ def test_uncaught_host_exception_settles_error(pool: RunnerPool) -> None:
     outcome = run(pool, "export default async () => await fail();", {"globals": {"fail": fail}})
 
     assert outcome.status == "error"
-    assert outcome.error is not None and (outcome.error.name, outcome.error.message) == ("ValueError", "nope")
+    assert outcome.error is not None
+    assert (outcome.error.name, outcome.error.message) == (
+        "ValueError",
+        "nope",
+    )
 
 
 def test_non_transferable_host_results_reject_in_the_guest(pool: RunnerPool) -> None:
     """13.3: a host return value that cannot cross rejects the guest's promise."""
-    outcome = run(pool, "export default await get().catch((e) => e.name);", {"globals": {"get": lambda: object()}})
+    outcome = run(
+        pool,
+        "export default await get().catch((e) => e.name);",
+        {"globals": {"get": lambda: object()}},
+    )
 
     assert outcome.result == "SerializationError"
 
@@ -832,4 +912,5 @@ def test_a_promise_that_can_never_settle_is_an_error(pool: RunnerPool) -> None:
     outcome = run(pool, "await new Promise(() => {});")
 
     assert outcome.status == "error"
-    assert outcome.error is not None and "never settle" in outcome.error.message
+    assert outcome.error is not None
+    assert "never settle" in outcome.error.message

@@ -45,7 +45,8 @@ def test_a_runner_killed_mid_call_settles_the_call_and_the_pool_heals(pool: Runn
     outcome = execution.result(timeout=SETTLE_TIMEOUT)
 
     assert outcome.status == "error"
-    assert outcome.error is not None and outcome.error.name == "RunnerLost"
+    assert outcome.error is not None
+    assert outcome.error.name == "RunnerLost"
     wait_for(lambda: _healed(pool, pid))
     pool.wait_ready()
     assert [run(pool, f"export default {i}").result for i in range(4)] == [0, 1, 2, 3]

@@ -58,8 +58,14 @@ def test_ready_then_started_then_done(runner: RawRunner) -> None:
     assert ready == {"type": "ready", "pid": runner.process.pid}
     assert runner.receive() == {"type": "started", "id": "exec-1"}
     done = runner.receive()
-    assert (done["type"], done["id"], done["status"], done["result"]) == ("done", "exec-1", "success", "hi")
-    assert done["logs"] == [] and done["durationMs"] > 0
+    assert (done["type"], done["id"], done["status"], done["result"]) == (
+        "done",
+        "exec-1",
+        "success",
+        "hi",
+    )
+    assert done["logs"] == []
+    assert done["durationMs"] > 0
     assert runner.close() == 0
 
 
@@ -74,7 +80,9 @@ def test_tool_calls_are_correlated_by_call_id(runner: RawRunner) -> None:
     assert {c["id"] for c in calls} == {"exec-2"}
     assert calls[0]["callId"] != calls[1]["callId"]
     # Answer out of order, plus a stale answer for another execution that must be ignored.
-    runner.send({"type": "tool_result", "id": "old", "callId": calls[0]["callId"], "ok": True, "result": 99})
+    runner.send(
+        {"type": "tool_result", "id": "old", "callId": calls[0]["callId"], "ok": True, "result": 99}
+    )
     for call in reversed(calls):
         runner.send({"type": "tool_result", "id": "exec-2", "callId": call["callId"], "ok": True,
                      "result": call["input"][0] * 2})  # fmt: skip
@@ -111,7 +119,8 @@ def test_cancel_ends_the_active_execution_and_the_runner_serves_the_next(runner:
 def test_only_json_crosses_the_boundary() -> None:
     line = protocol.dumps({"type": "started", "id": "x\u2028\ud800"})
 
-    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert line.endswith(b"\n")
+    assert line.count(b"\n") == 1
     assert line.decode("ascii")  # lone surrogates are escaped, never raw bytes
     with pytest.raises(ValueError, match="JSON object"):
         protocol.loads(b"[1, 2]")

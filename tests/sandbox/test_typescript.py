@@ -38,7 +38,9 @@ def test_erasure_keeps_lines_and_columns_of_remaining_code() -> None:
 
 
 def test_top_level_names_are_reported() -> None:
-    names = erase("const a = 1, { b, c: [d] } = o; function f() {} class K {} import x, { y as z } from 'm';").top_level_names
+    names = erase(
+        "const a = 1, { b, c: [d] } = o; function f() {} class K {} import x, { y as z } from 'm';"
+    ).top_level_names
 
     assert names == {"a", "b", "d", "f", "K", "x", "z"}
 
@@ -47,7 +49,9 @@ def test_enums_become_objects_on_the_same_lines() -> None:
     erased = erase("enum E {\n  A,\n  B = 'b',\n}\nexport const e = E.A;\n").javascript
 
     assert erased.count("\n") == 5
-    assert erased.startswith('var E; (function (E) { E[E["A"] = 0] = "A"; E["B"] = \'b\'; })(E || (E = {}));')
+    assert erased.startswith(
+        'var E; (function (E) { E[E["A"] = 0] = "A"; E["B"] = \'b\'; })(E || (E = {}));'
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,7 +63,9 @@ def test_enums_become_objects_on_the_same_lines() -> None:
         ("function f(this: Window) {}", 1, 12),
     ],
 )
-def test_non_erasable_syntax_is_refused_with_its_position(source: str, line: int, column: int) -> None:
+def test_non_erasable_syntax_is_refused_with_its_position(
+    source: str, line: int, column: int
+) -> None:
     with pytest.raises(UnsupportedTypeScript) as raised:
         erase(source)
 
