@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import CFUNCTYPE, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
-from typing import Final
+from typing import Any, Final
 
 import _quickjs
 import quickjs
@@ -94,6 +94,11 @@ def context_pointers(context: quickjs.Context) -> tuple[int, int]:
     if not runtime or not js_context or lib.JS_GetRuntime(js_context) != runtime:
         raise LayoutError("quickjs Context layout changed: refusing to run guest code")
     return runtime, js_context
+
+
+def function_pointer(callback: Any) -> c_void_p:
+    """A ctypes callback as the ``void*`` the QuickJS setters take."""
+    return ctypes.cast(callback, c_void_p)
 
 
 def throw_reference_error(js_context: int, message: str) -> None:

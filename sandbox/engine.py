@@ -144,12 +144,9 @@ class _Run:
         normalize = capi.NORMALIZE_T(self._normalize)
         load = capi.LOAD_T(self._load)
         self._callbacks = (interrupt, normalize, load)  # alive as long as the context
-        lib.JS_SetInterruptHandler(runtime, capi.ctypes.cast(interrupt, capi.c_void_p), None)
+        lib.JS_SetInterruptHandler(runtime, capi.function_pointer(interrupt), None)
         lib.JS_SetModuleLoaderFunc(
-            runtime,
-            capi.ctypes.cast(normalize, capi.c_void_p),
-            capi.ctypes.cast(load, capi.c_void_p),
-            None,
+            runtime, capi.function_pointer(normalize), capi.function_pointer(load), None
         )
         context.add_callable("__sandbox_host_call", self._host_call)
         if not capi.run_script_bytecode(self.js_context, _prelude()):
@@ -321,7 +318,7 @@ class _Run:
         raise LookupError(f"module '{name.partition(':')[2] or name}' is not importable")
 
     def _set_import_meta(self, module: int, url: str, synthetic: bool | None) -> None:
-        meta = lib.JS_GetImportMeta(self.js_context, capi.c_void_p(module))
+        meta = lib.JS_GetImportMeta(self.js_context, module)
         if meta.tag == capi.TAG_EXCEPTION:
             return
         lib.JS_SetPropertyStr(

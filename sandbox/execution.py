@@ -128,8 +128,12 @@ class CodeExecution:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[CodeExecutionResult] = loop.create_future()
 
+        def resolve(outcome: CodeExecutionResult) -> None:
+            if not future.done():
+                future.set_result(outcome)
+
         def deliver(outcome: CodeExecutionResult) -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(outcome))
+            loop.call_soon_threadsafe(resolve, outcome)
 
         self.add_done_callback(deliver)
         return future.__await__()

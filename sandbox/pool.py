@@ -15,11 +15,14 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox import protocol
+
+if TYPE_CHECKING:
+    from sandbox.execution import CodeExecution
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_START_TIMEOUT_SECONDS = 30.0
@@ -179,8 +182,10 @@ class RunnerPool:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def run_code(self, source: str, options: Any = None, **kwargs: Any) -> Any:
-        """``sandbox.run_code`` on this pool."""
+    def run_code(
+        self, source: str, options: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> CodeExecution:
+        """``sandbox.run_code`` on this pool (same arguments but ``pool``)."""
         from sandbox.execution import run_code
 
         return run_code(source, options, pool=self, **kwargs)

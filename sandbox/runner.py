@@ -8,6 +8,7 @@ the main thread. The process exits when stdin closes.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import sys
@@ -63,7 +64,7 @@ class _ExecutionLink:
                 "id": self.id,
                 "callId": call_id,
                 "target": target,
-                "input": protocol.json.loads(payload_json),
+                "input": json.loads(payload_json),
             }
         )
 
