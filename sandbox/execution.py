@@ -214,7 +214,7 @@ class CodeExecution:
         try:
             value = self._invoke(str(message["target"]), message.get("input") or [])
             reply.update(ok=True, result=marshal.encode(value, "host result"))
-        except Exception as error:
+        except Exception as error:  # a host exception is a guest rejection
             reply.update(ok=False, error={"name": type(error).__name__, "message": str(error)})
         with self._lock:
             attached = self._runner is runner

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_START_TIMEOUT_SECONDS = 30.0
+MAX_RESPAWN_DELAY_SECONDS = 5.0
 
 
 class Listener(Protocol):
@@ -54,7 +55,11 @@ class Runner:
             stdout=subprocess.PIPE,
             cwd=_PROJECT_ROOT,
             close_fds=True,
+            # Nothing of the host's environment (credentials, service URLs) reaches the
+            # process that runs guest code.
+            env={},
         )
+        self.was_ready = False
         self.pid = self.process.pid
         threading.Thread(target=self._read, name=f"sandbox-runner-{self.pid}", daemon=True).start()
 
@@ -85,6 +90,7 @@ class Runner:
             except ValueError:
                 continue
             if message["type"] == "ready":
+                self.was_ready = True
                 self.pool._on_ready(self)
                 continue
             listener = self.listener
@@ -114,6 +120,7 @@ class RunnerPool:
         self._idle: deque[Runner] = deque()
         self._all: set[Runner] = set()
         self._closed = False
+        self._failed_starts = 0
         with self._condition:
             for _ in range(size):
                 self._all.add(Runner(self))
@@ -202,8 +209,21 @@ class RunnerPool:
                 self._idle.remove(runner)
             if self._closed:
                 return
-            # Replace it: Popen is quick; the newcomer joins the idle set when ready.
-            self._all.add(Runner(self))
+            # A runner that died before it was ever ready points at a broken install:
+            # back off instead of spinning, up to MAX_RESPAWN_DELAY_SECONDS.
+            self._failed_starts = 0 if runner.was_ready else self._failed_starts + 1
+            failed = self._failed_starts
+        if failed:
+            delay = min(MAX_RESPAWN_DELAY_SECONDS, 0.05 * 2**failed)
+            call_soon(self._respawn, delay)
+        else:
+            self._respawn()
+
+    def _respawn(self) -> None:
+        with self._condition:
+            if not self._closed:
+                # Popen is quick; the newcomer joins the idle set once it says ready.
+                self._all.add(Runner(self))
 
 
 def call_soon(function: Callable[[], None], delay: float) -> threading.Timer:

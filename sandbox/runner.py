@@ -16,7 +16,7 @@ import threading
 from typing import Any, BinaryIO
 
 from sandbox import protocol
-from sandbox.engine import execute
+from sandbox.engine import execute, warm_up
 
 
 class _Channel:
@@ -80,6 +80,7 @@ class _ExecutionLink:
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    warm_up()  # compile the prelude and load the parser before saying ready
     channel = _Channel(stdin, stdout)
     threading.Thread(target=channel.read_forever, name="runner-reader", daemon=True).start()
     channel.write({"type": "ready", "pid": os.getpid()})
@@ -91,7 +92,17 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             continue  # cancels and results that arrived after their execution ended
         execution_id = str(message["id"])
         channel.write({"type": "started", "id": execution_id})
-        body = execute(message["payload"], _ExecutionLink(channel, execution_id), channel.cancelled)
+        try:
+            body = execute(
+                message["payload"], _ExecutionLink(channel, execution_id), channel.cancelled
+            )
+        except Exception as error:  # a runner bug must not take the process down
+            body = {
+                "status": "error",
+                "error": {"name": "SandboxError", "message": f"sandbox internal error: {error!r}"},
+                "logs": [],
+                "durationMs": 0.0,
+            }
         channel.write({"type": "done", "id": execution_id, **body})
 
 

@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,11 @@ def test_terminate_kills_and_replaces_a_runner_stuck_in_a_native_sort(pool: Runn
     wait_for(lambda: _healed(pool, pid))  # the SIGKILL backstop fired and was replaced
     pool.wait_ready()
     assert run(pool, "export default 'fresh'").result == "fresh"
+
+
+def test_runners_inherit_no_host_environment(pool: RunnerPool) -> None:
+    for pid in pool.pids():
+        assert Path(f"/proc/{pid}/environ").read_bytes() == b""
 
 
 def test_more_calls_than_runners_wait_their_turn(pool: RunnerPool) -> None:
