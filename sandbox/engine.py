@@ -231,6 +231,7 @@ class _Run:
             {key: payload[key] for key in (  # type: ignore[literal-required]
                 "fn", "args", "has_args", "imports", "globals", "report",
                 "max_log_entries", "max_log_bytes", "max_result_bytes",
+                "max_host_call_bytes", "max_pending_host_calls",
             )}
         )  # fmt: skip
 
@@ -517,6 +518,8 @@ def warm_up() -> None:
         "max_log_entries": 1,
         "max_log_bytes": 1024,
         "max_result_bytes": 1024,
+        "max_host_call_bytes": 1024,
+        "max_pending_host_calls": 1,
     }
     body = execute(payload, _NoHost(), threading.Event())
     if body["status"] != "success" or body.get("result") != 1:

@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import inspect
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -77,6 +78,7 @@ class AbortSignal:
         listener(reason)
 
 
+logger = logging.getLogger(__name__)
 _ids = itertools.count(1)
 
 
@@ -145,7 +147,7 @@ class CodeExecution:
                 self._callbacks.append(callback)
                 return
             outcome = self._outcome
-        callback(outcome)
+        _call_safely(callback, outcome)
 
     def terminate(self, reason: str | None = None) -> None:
         message = reason or "terminated by the caller"
@@ -198,7 +200,10 @@ class CodeExecution:
             threading.Thread(target=self._serve_call, args=(runner, message), daemon=True).start()
         elif kind == "done":
             self._detach(runner, reusable=True)
-            self._settle_done(message)
+            try:
+                self._settle_done(message)
+            except (KeyError, TypeError, ValueError) as problem:
+                self._settle("error", error=ExecutionError("SandboxError", f"bad done: {problem}"))
 
     def on_runner_lost(self, runner: Runner, returncode: int | None) -> None:
         self._detach(runner, reusable=False)
@@ -306,8 +311,19 @@ class CodeExecution:
             callbacks, self._callbacks = self._callbacks, []
             self._settled.set()
         for callback in callbacks:
-            callback(self._outcome)
+            _call_safely(callback, self._outcome)
         return True
+
+
+def _call_safely(
+    callback: Callable[[CodeExecutionResult], None], outcome: CodeExecutionResult
+) -> None:
+    # Callbacks run on a runner's reader thread: one that raises (an event loop closed
+    # before the result arrived, say) must not stop that thread.
+    try:
+        callback(outcome)
+    except Exception:
+        logger.exception("a run_code done-callback raised")
 
 
 async def _awaited(value: Any) -> Any:

@@ -28,8 +28,13 @@ STACK_LIMIT_BYTES: Final = 1 * MiB
 # Console capture caps: entries past either are dropped and counted in a final warning.
 MAX_LOG_ENTRIES: Final = 1000
 MAX_LOG_BYTES: Final = 1 * MiB
-# The encoded result (and each host-call argument list) may not exceed this.
+# The encoded result may not exceed this.
 MAX_RESULT_BYTES: Final = 16 * MiB
+# Host calls: the encoded arguments of one call, and how many calls (report() included)
+# may await the host at once; beyond either the guest's call rejects with a RangeError.
+# Together they bound what one guest can make the host hold (32 x 4 MiB).
+MAX_HOST_CALL_BYTES: Final = 4 * MiB
+MAX_PENDING_HOST_CALLS: Final = 32
 # Source text of the entry module plus options.modules.
 MAX_SOURCE_BYTES: Final = 4 * MiB
 
@@ -111,6 +116,8 @@ def prepare(source: str, options: Mapping[str, Any] | None) -> PreparedCall:
         "max_log_entries": MAX_LOG_ENTRIES,
         "max_log_bytes": MAX_LOG_BYTES,
         "max_result_bytes": MAX_RESULT_BYTES,
+        "max_host_call_bytes": MAX_HOST_CALL_BYTES,
+        "max_pending_host_calls": MAX_PENDING_HOST_CALLS,
     }
     return PreparedCall(payload=payload, functions=functions, report=report)
 

@@ -11,6 +11,7 @@ killed or crashed runner never shrinks the pool.
 from __future__ import annotations
 
 import contextlib
+import logging
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from sandbox import protocol
 if TYPE_CHECKING:
     from sandbox.execution import CodeExecution
 
+logger = logging.getLogger(__name__)
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_START_TIMEOUT_SECONDS = 30.0
 MAX_RESPAWN_DELAY_SECONDS = 5.0
@@ -95,7 +97,10 @@ class Runner:
                 continue
             listener = self.listener
             if listener is not None:
-                listener.on_message(self, message)
+                try:
+                    listener.on_message(self, message)
+                except Exception:  # this thread must keep reading, whatever one message did
+                    logger.exception("sandbox runner %s: a message could not be handled", self.pid)
         returncode = self.process.wait()
         listener = self.listener
         self.listener = None

@@ -9,7 +9,7 @@
   'use strict';
   const hostCall = globalThis.__sandbox_host_call;  // (callId, target, json) -> '' | message
   const { Object, Array, Map, Set, Date, JSON, Promise, String, Number, Error, TypeError,
-          ArrayBuffer, Uint8Array, Reflect } = globalThis;
+          RangeError, ArrayBuffer, Uint8Array, Reflect } = globalThis;
   // Captured now: a guest that replaces intrinsics in its own context must not be able
   // to make the bridge misreport its result.
   const stringify = JSON.stringify, parse = JSON.parse;
@@ -148,8 +148,11 @@
   function callHost(target, args, label) {
     let payload;
     try { payload = encodeJSON(args, `${label}(arguments)`); } catch (e) { return Promise.reject(e); }
-    if (payload.length > input.max_result_bytes) {
-      return Promise.reject(new SerializationError(`${label}(arguments): ${payload.length} bytes, over MAX_RESULT_BYTES=${input.max_result_bytes}`));
+    if (payload.length > input.max_host_call_bytes) {
+      return Promise.reject(new RangeError(`${label}(arguments): ${payload.length} bytes, over MAX_HOST_CALL_BYTES=${input.max_host_call_bytes}`));
+    }
+    if (pending.size >= input.max_pending_host_calls) {
+      return Promise.reject(new RangeError(`${label}: ${pending.size} host calls already pending (MAX_PENDING_HOST_CALLS=${input.max_pending_host_calls})`));
     }
     const callId = String(++nextCall);
     const promise = new Promise((resolve, reject) => pending.set(callId, { resolve, reject }));

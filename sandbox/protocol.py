@@ -51,6 +51,8 @@ class ExecutePayload(TypedDict):
     max_log_entries: int
     max_log_bytes: int
     max_result_bytes: int
+    max_host_call_bytes: int
+    max_pending_host_calls: int
 
 
 class Execute(TypedDict):

@@ -24,6 +24,7 @@ from sandbox import (
 from sandbox.options import (
     DEFAULT_MEMORY_LIMIT_BYTES,
     MAX_LOG_ENTRIES,
+    MAX_PENDING_HOST_CALLS,
     MEMORY_LIMIT_CEILING_BYTES,
 )
 from tests.sandbox.support import SETTLE_TIMEOUT, pool_of, run, wait_for
@@ -914,3 +915,28 @@ def test_a_promise_that_can_never_settle_is_an_error(pool: RunnerPool) -> None:
     assert outcome.status == "error"
     assert outcome.error is not None
     assert "never settle" in outcome.error.message
+
+
+def test_a_flood_of_host_calls_is_bounded(pool: RunnerPool) -> None:
+    """13.3: a guest cannot make the host hold unbounded work (MAX_PENDING_HOST_CALLS)."""
+    source = """
+const calls = [];
+for (let i = 0; i < 1000; i++) calls.push(ping(i));
+const settled = await Promise.allSettled(calls);
+const rejected = settled.filter((s) => s.status === 'rejected');
+export default [settled.length - rejected.length, rejected.length, rejected[0].reason.name,
+                rejected[0].reason.message.includes('MAX_PENDING_HOST_CALLS')];
+"""
+    outcome = run(pool, source, {"globals": {"ping": lambda i: i}})
+
+    assert outcome.result == [MAX_PENDING_HOST_CALLS, 1000 - MAX_PENDING_HOST_CALLS, "RangeError",
+                              True]  # fmt: skip
+
+
+def test_oversized_host_call_arguments_are_refused(pool: RunnerPool) -> None:
+    """13.3: one host call's encoded arguments are capped (MAX_HOST_CALL_BYTES)."""
+    source = "export default await ping('x'.repeat(5 * 1024 * 1024)).catch((e) => e.message);"
+
+    outcome = run(pool, source, {"globals": {"ping": lambda s: len(s)}})
+
+    assert "MAX_HOST_CALL_BYTES" in outcome.result
