@@ -64,7 +64,7 @@ def _throughput(pool: RunnerPool) -> Row:
 
 
 def _terminate_loop(pool: RunnerPool) -> Row:
-    latencies = []
+    latencies, reclaimed = [], []
     started_all = time.perf_counter()
     for _ in range(TERMINATIONS):
         execution = pool.run_code("while (true) {}")
@@ -76,11 +76,15 @@ def _terminate_loop(pool: RunnerPool) -> Row:
         outcome = execution.result(timeout=30)
         latencies.append(time.perf_counter() - started)
         assert outcome.status == "terminated"
-        pool.wait_ready()
+        pool.wait_ready()  # the runner stopped through the interrupt and is idle again
+        reclaimed.append(time.perf_counter() - started)
     elapsed = time.perf_counter() - started_all
+    reclaimed_ms = round(sorted(reclaimed)[len(reclaimed) // 2] * 1000, 2)
+    print(f"sandbox: terminate while(true): runner idle again after p50 {reclaimed_ms} ms")
     return summarize("sandbox", f"terminate while(true) (max {max(latencies) * 1000:.2f} ms)",
                      latencies, elapsed, target="max <= 50 ms",
-                     max_ms=round(max(latencies) * 1000, 3))  # fmt: skip
+                     max_ms=round(max(latencies) * 1000, 3),
+                     reclaimed_p50_ms=reclaimed_ms)  # fmt: skip
 
 
 def _terminate_native_sort(pool: RunnerPool) -> Row:
@@ -103,6 +107,7 @@ def _terminate_native_sort(pool: RunnerPool) -> Row:
         assert pid not in pool.pids(), "the native sort was expected to need the kill backstop"
     elapsed = time.perf_counter() - started_all
     replaced_ms = round(sorted(replaced)[len(replaced) // 2] * 1000, 1)
+    print(f"sandbox: terminate native sort: killed, replacement ready after p50 {replaced_ms} ms")
     max_ms = round(max(latencies) * 1000, 3)
     return summarize("sandbox", f"terminate native sort (max {max_ms:.2f} ms)", latencies,
                      elapsed, target="max <= 50 ms", max_ms=max_ms,
