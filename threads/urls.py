@@ -1,7 +1,7 @@
 from django.urls import include, path
 
 from common.api import Router
-from threads.api import endpoints, env, files, logs, messages, values
+from threads.api import code, endpoints, env, files, logs, messages, values
 from threads.api.threads import ThreadViewSet
 
 router = Router()
@@ -14,6 +14,7 @@ thread_routes = [
     *env.urlpatterns,
     *files.urlpatterns,
     *endpoints.urlpatterns,
+    *code.urlpatterns,
 ]
 
 urlpatterns = [
