@@ -16,7 +16,6 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Exists, OuterRef
 
 from agents.providers.base import AbortSignal
 from threads.models import Message, MessageRole, QueuedWork, Thread, ThreadStatus
@@ -24,7 +23,13 @@ from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.lock import Heartbeat, control_clear, lock_acquire, lock_is_held
 from threads.runtime.stops import StopReason
 from threads.services.control import stop_finalize
-from threads.services.fence import StaleFence, fence_acquire, fence_retire, thread_fenced_update
+from threads.services.fence import (
+    StaleFence,
+    fence_acquire,
+    fence_retire,
+    thread_fenced_update,
+    thread_refresh,
+)
 from threads.services.inbox import work_discard
 from threads.services.recovery import close_unanswered_calls
 
@@ -102,7 +107,7 @@ def _run_flows(
     while not abort.is_set:
         if flow is not None:
             ended = flow.pending_after
-            pending = _refresh(thread) if ended is None else ended
+            pending = thread_refresh(thread=thread) if ended is None else ended
         if thread.terminated_at is not None:
             work_discard(thread=thread)
             return
@@ -156,26 +161,8 @@ def _recover(thread: Thread, fence: int) -> Side | None:
     return "b" if last.side == "b" else "a"
 
 
-def _refresh(thread: Thread) -> bool:
-    """Reload what the driver decides on, in one query; True when the inbox has work."""
-    row = (
-        Thread.objects.filter(pk=thread.pk)
-        .annotate(
-            pending=Exists(
-                QueuedWork.objects.filter(thread_id=OuterRef("pk"), consumed_at__isnull=True)
-            )
-        )
-        .values("terminated_at", "stop_requested", "status", "agent_name", "pending")
-        .get()
-    )
-    pending = bool(row.pop("pending"))
-    for name, value in row.items():
-        setattr(thread, name, value)
-    return pending
-
-
 def _wake_if_needed(thread: Thread) -> None:
-    pending = _refresh(thread)
+    pending = thread_refresh(thread=thread)
     if thread.terminated_at is None and not thread.stop_requested and pending:
         from threads.tasks import drive_thread
 

@@ -19,10 +19,17 @@ from threads.models import Thread
 
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
 # skip the ORM; the columns are LockedThread's.
+# What a lock holder decides on: the thread's state and whether its inbox has work (the
+# same columns, in the same order, in both statements; see _apply_state).
 _ACQUIRE = (
     "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence, status, "
     "acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
     "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL)"
+)
+_REFRESH = (
+    "SELECT status, acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 "
+    "FROM threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL) "
+    "FROM threads_thread WHERE id = %s"
 )
 _LOCK = (
     "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
@@ -46,13 +53,24 @@ def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
     """
     with connection.cursor() as cursor:
         cursor.execute(_ACQUIRE, [thread.pk, thread.pk])
-        fence, status, acting_side, terminated_at, stop_requested, agent_name, pending = (
-            cursor.fetchone()
-        )
-    thread.fence, thread.status, thread.acting_side = fence, status, acting_side
-    thread.terminated_at, thread.stop_requested = terminated_at, stop_requested
-    thread.agent_name = agent_name
-    return fence, bool(pending)
+        fence, *state = cursor.fetchone()
+    thread.fence = fence
+    return fence, _apply_state(thread, state)
+
+
+def thread_refresh(*, thread: Thread) -> bool:
+    """Reload ``thread``'s status, acting_side, terminated_at, stop_requested and agent_name
+    in one statement; returns whether its inbox has work."""
+    with connection.cursor() as cursor:
+        cursor.execute(_REFRESH, [thread.pk, thread.pk])
+        return _apply_state(thread, cursor.fetchone())
+
+
+def _apply_state(thread: Thread, state: Any) -> bool:
+    status, acting_side, terminated_at, stop_requested, agent_name, pending = state
+    thread.status, thread.acting_side, thread.terminated_at = status, acting_side, terminated_at
+    thread.stop_requested, thread.agent_name = stop_requested, agent_name
+    return bool(pending)
 
 
 def fence_retire(*, thread: Thread, fence: int) -> bool:
@@ -103,10 +121,22 @@ def fence_read(*, thread: Thread) -> LockedThread | None:
 def thread_fenced_update(*, thread: Thread, fence: int | None, **fields: Any) -> None:
     """Update thread columns (status, agent_name, ...) if ``fence`` is still current, in one
     statement. Raises StaleFence otherwise."""
-    rows = Thread.objects.filter(pk=thread.pk)
+    updated_at = now_us()
+    concrete = {field.name: field for field in Thread._meta.concrete_fields}
+    columns = [concrete[name] for name in fields]
+    assignments = ", ".join(f"{field.column} = %s" for field in columns)
+    values = [field.get_db_prep_save(fields[field.name], connection) for field in columns]
+    # Column names come from the model's fields; every value is a parameter.
+    sql = f"UPDATE threads_thread SET {assignments}, updated_at = %s WHERE id = %s"  # noqa: S608
+    params = [*values, updated_at, thread.pk]
     if fence is not None:
-        rows = rows.filter(fence=fence)
-    if rows.update(**fields, updated_at=now_us()) == 0 and fence is not None:
+        sql += " AND fence = %s"
+        params.append(fence)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        written = cursor.rowcount
+    if written == 0 and fence is not None:
         raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: another worker holds it")
     for name, value in fields.items():
         setattr(thread, name, value)
+    thread.updated_at = updated_at
