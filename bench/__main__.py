@@ -10,7 +10,7 @@ import sys
 from bench.harness import REGISTRY, record, render
 
 # Modules whose @benchmark functions make up the suite.
-MODULES = ["bench.api", "bench.engine", "bench.events"]
+MODULES = ["bench.api", "bench.engine", "bench.events", "bench.sandbox"]
 
 
 def main() -> int:

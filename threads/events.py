@@ -454,6 +454,17 @@ DEFERRED = frozenset(
     }
 )
 _deferred = threading.local()
+# Events that record no write of their own (progress markers, ``state.emit``): when they
+# commit alone they commit asynchronously (no wait for the WAL flush). The events of writes
+# always commit synchronously.
+ASYNC_COMMIT = DEFERRED | {
+    EventType.TURN_COMPLETED,
+    EventType.TURN_FAILED,
+    EventType.MODEL_REQUESTED,
+    EventType.TOOL_STARTED,
+    EventType.TOOL_PROGRESS,
+    EventType.CUSTOM,
+}
 
 
 @dataclass
@@ -574,10 +585,10 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
 
     counter, event = EventCounter._meta.db_table, Event._meta.db_table
     thread_table = type(thread)._meta.db_table
-    # Outside a transaction the statement commits alone and records no other write: it
-    # commits asynchronously (no WAL flush wait). WAL order still keeps the log gap-free:
-    # a server crash can only lose the newest such events, never one before a kept one.
-    standalone = not connection.in_atomic_block
+    # Alone and recording no write, the statement commits asynchronously. WAL order keeps
+    # the log gap-free: a server crash can only lose the newest such events, never one
+    # before a kept one (a later synchronous commit flushes every earlier one).
+    standalone = not connection.in_atomic_block and all(r.kind in ASYNC_COMMIT for r in rows)
     config = (
         "settings AS (SELECT set_config('synchronous_commit', 'off', true) AS value),"
         if standalone

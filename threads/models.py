@@ -46,6 +46,9 @@ class Thread(TenantOwned):
     # Incremented by each holder of the thread's lock; writes of a flow are
     # conditional on it, so a worker whose lock expired cannot write.
     fence = models.BigIntegerField(default=0)
+    # The seq of the thread's newest message: every message insert increments it under the
+    # row's lock and takes the new value (threads.services.messages).
+    message_seq = models.BigIntegerField(default=0)
     # Set by POST .../stop; only a new user message clears it (queued work waits).
     stop_requested = models.BooleanField(default=False)
     # The side acting in the running flow ("" when none runs): a worker that finds it set

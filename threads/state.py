@@ -22,6 +22,7 @@ from threads.models import Thread
 from threads.services import logs, messages
 
 if TYPE_CHECKING:
+    from sandbox import CodeExecution
     from threads.models import ThreadFile
     from threads.runtime.engine import Flow
 
@@ -417,8 +418,14 @@ class ThreadState:
     def remove_scheduled_effect(self, effect_id: str) -> bool:
         raise _engine_only("remove_scheduled_effect", "effects runner")
 
-    def run_code(self, source: str, options: Mapping[str, Any] | None = None) -> Any:
-        raise _engine_only("run_code", "sandbox")
+    def run_code(self, source: str, options: Mapping[str, Any] | None = None) -> CodeExecution:
+        """Run ``source`` in a fresh QuickJS sandbox (spec runtime §13, DIGEST §17); returns the
+        handle at once: ``result()`` (or ``await``), ``terminate(reason)``, ``running``,
+        ``reports``. Inside a flow, stopping or terminating the flow terminates it."""
+        from threads.services.code import code_run
+
+        abort = self.execution.abort_signal if self.execution is not None else None
+        return code_run(source, options, abort=abort)
 
     def terminate(self) -> None:
         """Soft-terminate (spec runtime §10): later sends are refused (409), in-flight work

@@ -1,7 +1,7 @@
 from django.urls import include, path
 
 from common.api import Router
-from threads.api import endpoints, env, events, files, logs, messages, values
+from threads.api import code, endpoints, env, events, files, logs, messages, values
 from threads.api.threads import ThreadViewSet
 
 router = Router()
@@ -15,6 +15,7 @@ thread_routes = [
     *env.urlpatterns,
     *files.urlpatterns,
     *endpoints.urlpatterns,
+    *code.urlpatterns,
 ]
 
 urlpatterns = [

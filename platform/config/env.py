@@ -164,6 +164,16 @@ def thread_sweep_interval_s() -> int:
     return _positive("THREAD_SWEEP_INTERVAL_S", 10)
 
 
+def sandbox_pool_size() -> int:
+    """Warm QuickJS runner processes per web or worker process (run_code, code tools)."""
+    return _positive("SANDBOX_POOL_SIZE", 2)
+
+
+def code_tool_timeout_s() -> int:
+    """Seconds a code tool may run before it is terminated and its call fails."""
+    return _positive("CODE_TOOL_TIMEOUT_S", 30)
+
+
 # Secrets -------------------------------------------------------------------
 
 

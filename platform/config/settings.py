@@ -147,6 +147,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
 }
 # A thread's lock (threads.runtime.lock) expires this long after its holder stops renewing.
 THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
+# run_code (threads.services.code): warm runner processes per process, and code tools' budget.
+SANDBOX_POOL_SIZE = env.sandbox_pool_size()
+CODE_TOOL_TIMEOUT_S = env.code_tool_timeout_s()
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -227,15 +227,12 @@ def test_message_writes_record_events_in_order(tenant: Tenant) -> None:
 
 @pytest.mark.parametrize(
     ("call", "name"),
-    [
-        (lambda s: s.schedule_effect("e"), "schedule_effect"),
-        (lambda s: s.run_code("1"), "run_code"),
-    ],
+    [(lambda s: s.schedule_effect("e"), "schedule_effect")],
 )
 def test_engine_backed_methods_say_they_are_not_available(
     state: ThreadState, call: Any, name: str
 ) -> None:
-    """Effects and the sandbox are not part of this deployment yet: a clear NotAvailable."""
+    """Effects are not part of this deployment yet: a clear NotAvailable."""
     with pytest.raises(NotAvailable, match=f"ThreadState.{name} needs the"):
         call(state)
 
@@ -279,3 +276,22 @@ def test_file_writes_publish_file_changed(tenant: Tenant) -> None:
 
     changes = [(p["path"], p["change"]) for _, t, p in _logged(thread) if t == "file.changed"]
     assert changes == [("/docs/a.txt", "written"), ("/docs/a.txt", "deleted"), ("/docs", "deleted")]
+
+
+def test_run_code_runs_in_the_sandbox_and_a_flow_abort_terminates_it(state: ThreadState) -> None:
+    """Runtime §13 / DIGEST §17: ``state.runCode(source, options)`` returns a handle; inside an
+    execution, the flow's abort signal terminates what is still running."""
+    done = state.run_code("export default (a: number, b: number) => a + b",
+                          {"execute": {"args": [2, 3]}}).result(timeout=10)  # fmt: skip
+    assert (done.status, done.result) == ("success", 5)
+
+    flow = ThreadState(state.thread, execution=ExecutionState(flow_id="f"))
+    running = flow.run_code("while (true) {}")
+    assert running.running
+    assert flow.execution is not None
+    flow.execution.abort_signal.set()
+
+    stopped = running.result(timeout=10)
+    assert stopped.status == "terminated"
+    assert stopped.error is not None
+    assert stopped.error.message == "the flow was stopped"

@@ -96,6 +96,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-continue": _owned_thread,
     "thread-stop": _owned_thread,
     "thread-terminate": _owned_thread,
+    "thread-run-code": _owned_thread,
     "thread-message-detail": _owned_message,
     "thread-logs": _owned_thread,
     "thread-log-detail": _owned_log,

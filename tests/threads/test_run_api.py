@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from tenancy.models import Role, Tenant
 from tests.factories import make_thread
 from threads.models import Message, QueuedWork, Thread, ThreadFile
+from threads.services.messages import message_inject
 
 pytestmark = pytest.mark.django_db
 
@@ -107,14 +108,12 @@ def test_stop_on_an_idle_thread_marks_it_stopped_until_the_next_user_message(
 
 
 def test_stop_closes_unanswered_tool_calls(thread: Thread, member: APIClient) -> None:
-    Message.objects.create(
-        tenant=thread.tenant, thread=thread, seq=1, role="assistant", side="a",
+    message_inject(
+        thread=thread, role="assistant", content=None, side="a",
         tool_calls=[{"id": "c1", "type": "function",
                      "function": {"name": "echo", "arguments": "{}"}}],
     )  # fmt: skip
-    Message.objects.create(
-        tenant=thread.tenant, thread=thread, seq=2, role="assistant", side="a", status="pending"
-    )
+    message_inject(thread=thread, role="assistant", content=None, side="a", status="pending")
 
     member.post(f"/api/v1/threads/{thread.id}/stop")
 

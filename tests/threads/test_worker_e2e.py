@@ -95,13 +95,19 @@ def first(
     spare.resume()
 
 
-def _define(tenant: Tenant, rules: Sequence[dict[str, Any]], tools: Sequence[str] = ()) -> None:
+def _define(
+    tenant: Tenant,
+    rules: Sequence[dict[str, Any]],
+    tools: Sequence[str] = (),
+    code_tools: Sequence[dict[str, Any]] = (),
+) -> None:
     """Agent ``chat``: side A is prompt ``p`` on the scripted model ``m`` answering by
-    ``rules``; side B is the human. Importing again replaces the three definitions."""
+    ``rules``; side B is the human. Importing again replaces the definitions."""
     bundle_import(
         tenant=tenant,
         document={
             "version": 1,
+            "code_tools": list(code_tools),
             "models": [
                 {"name": "m", "provider": "scripted", "model_id": "scripted",
                  "config": {"rules": list(rules)}},
@@ -241,6 +247,37 @@ def test_message_posted_over_http_is_answered_by_a_worker_through_a_tool_call(
         ("llm", work.consumed_fence), ("tool", work.consumed_fence),
         ("llm", work.consumed_fence), ("flow", work.consumed_fence),
     ]  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_runs_a_typescript_code_tool_in_the_sandbox(
+    tenant: Tenant, worker: Worker
+) -> None:
+    _define(
+        tenant,
+        rules=[
+            {"when": {"last_tool": "shout"}, "respond": {"text": "{last_tool_result}"}},
+            {"when": {"last_role": "user"},
+             "respond": {"tool_calls": [{"name": "shout",
+                                         "arguments": {"text": "{last_user_message}"}}]}},
+        ],
+        tools=["shout"],
+        code_tools=[{"name": "shout", "description": "Shouts the text",
+                     "args_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                     "source": "export default ({ text }: { text: string }): string =>\n"
+                               "  text.toUpperCase() + '!';"}],
+    )  # fmt: skip
+    thread = thread_create(tenant=tenant, agent_name="chat")
+
+    message_queue(thread=thread, role="user", content="hello there")
+    _wait_settled(thread, worker)
+
+    assert _history(thread) == [
+        ("user", "b", "completed", "hello there"),
+        ("assistant", "a", "completed", None),
+        ("tool", "a", "completed", "HELLO THERE!"),
+        ("assistant", "a", "completed", "HELLO THERE!"),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -417,8 +454,8 @@ def test_flow_of_a_killed_worker_is_finished_exactly_once_by_another_worker(
 
 @pytest.mark.django_db
 def test_write_with_a_fence_that_a_new_holder_superseded_is_refused(thread: Thread) -> None:
-    old = fence_acquire(thread=thread)
-    new = fence_acquire(thread=thread)
+    old, _ = fence_acquire(thread=thread)
+    new, _ = fence_acquire(thread=thread)
 
     with pytest.raises(StaleFence):
         message_inject(thread=thread, role="assistant", content="late", fence=old)
@@ -433,12 +470,12 @@ def test_write_with_a_fence_that_a_new_holder_superseded_is_refused(thread: Thre
 def test_retired_fence_refuses_its_holders_writes_and_spares_a_newer_holder(
     thread: Thread,
 ) -> None:
-    lost = fence_acquire(thread=thread)
+    lost, _ = fence_acquire(thread=thread)
 
     assert fence_retire(thread=thread, fence=lost) is True
     with pytest.raises(StaleFence):
         message_inject(thread=thread, role="assistant", content="late", fence=lost)
-    newer = fence_acquire(thread=thread)
+    newer, _ = fence_acquire(thread=thread)
     assert fence_retire(thread=thread, fence=lost) is False
     thread.refresh_from_db()
     assert (thread.fence, newer) == (lost + 2, lost + 2)

@@ -16,7 +16,6 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Exists, OuterRef
 
 from agents.providers.base import AbortSignal
 from threads.models import Message, MessageRole, QueuedWork, Thread, ThreadStatus
@@ -24,7 +23,13 @@ from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.lock import Heartbeat, control_clear, lock_acquire, lock_is_held
 from threads.runtime.stops import StopReason
 from threads.services.control import stop_finalize
-from threads.services.fence import StaleFence, fence_acquire, fence_retire, thread_fenced_update
+from threads.services.fence import (
+    StaleFence,
+    fence_acquire,
+    fence_retire,
+    thread_fenced_update,
+    thread_refresh,
+)
 from threads.services.inbox import work_discard
 from threads.services.recovery import close_unanswered_calls
 
@@ -54,7 +59,8 @@ def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) 
     result = DriveResult(acquired=True)
     abort = AbortSignal()
     try:
-        result.fence = fence = fence_acquire(thread=thread)
+        fence, pending = fence_acquire(thread=thread)
+        result.fence = fence
         control_clear(tenant_id=thread.tenant_id, thread_id=thread.pk)
         with Heartbeat(
             lock,
@@ -63,7 +69,8 @@ def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) 
             on_signal=lambda _signal: abort.set(),
             on_lost=lambda: _lock_lost(thread, fence, abort),
         ):
-            _run_flows(thread, fence, runtime or Runtime(release_connection=True), abort, result)
+            runtime = runtime or Runtime(release_connection=True)
+            _run_flows(thread, fence, runtime, abort, result, pending=pending)
     except StaleFence as error:
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread.pk, error.message)
@@ -86,11 +93,21 @@ def _lock_lost(thread: Thread, fence: int, abort: AbortSignal) -> None:
 
 
 def _run_flows(
-    thread: Thread, fence: int, runtime: Runtime, abort: AbortSignal, result: DriveResult
+    thread: Thread,
+    fence: int,
+    runtime: Runtime,
+    abort: AbortSignal,
+    result: DriveResult,
+    *,
+    pending: bool,
 ) -> None:
+    """Precondition: ``thread`` and ``pending`` are as :func:`fence_acquire` read them."""
     resume = _recover(thread, fence)
+    flow: Flow | None = None
     while not abort.is_set:
-        pending = _refresh(thread)
+        if flow is not None:
+            ended = flow.pending_after
+            pending = thread_refresh(thread=thread) if ended is None else ended
         if thread.terminated_at is not None:
             work_discard(thread=thread)
             return
@@ -144,26 +161,8 @@ def _recover(thread: Thread, fence: int) -> Side | None:
     return "b" if last.side == "b" else "a"
 
 
-def _refresh(thread: Thread) -> bool:
-    """Reload what the driver decides on, in one query; True when the inbox has work."""
-    row = (
-        Thread.objects.filter(pk=thread.pk)
-        .annotate(
-            pending=Exists(
-                QueuedWork.objects.filter(thread_id=OuterRef("pk"), consumed_at__isnull=True)
-            )
-        )
-        .values("terminated_at", "stop_requested", "status", "agent_name", "pending")
-        .get()
-    )
-    pending = bool(row.pop("pending"))
-    for name, value in row.items():
-        setattr(thread, name, value)
-    return pending
-
-
 def _wake_if_needed(thread: Thread) -> None:
-    pending = _refresh(thread)
+    pending = thread_refresh(thread=thread)
     if thread.terminated_at is None and not thread.stop_requested and pending:
         from threads.tasks import drive_thread
 

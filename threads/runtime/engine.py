@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from django.db import connection
+from django.db import connection, transaction
 
 from agents.documents import AgentDoc, PromptDoc, SessionBinding, SideConfig
 from agents.providers.base import (
@@ -41,7 +41,7 @@ from common.errors import Conflict
 from common.ids import new_id
 from common.time import now_us
 from threads.events import publish, turn_ended
-from threads.models import Message, MessageStatus, Thread, WorkKind
+from threads.models import Message, MessageStatus, QueuedWork, Thread, WorkKind
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
 from threads.runtime.hooks import HookBlocked, Hooks
@@ -139,6 +139,8 @@ class Flow:
         self.handoff: _Handoff | None = None
         self.repeated_errors = RepeatedErrors()
         self.stop_session_result: str | None = None
+        # Whether the inbox had work when the flow ended (set by run()).
+        self.pending_after: bool | None = None
 
     # Public ------------------------------------------------------------------------------------
 
@@ -167,11 +169,11 @@ class Flow:
                 metadata={"flow_id": self.flow_id, "error_code": failed.error.code},
             )
             reason = StopReason.STEP_ERROR
-        rested = flow_rest(
+        self.pending_after = flow_rest(
             thread=self.thread, fence=self.fence,
             status=status_after(reason, human_side=self._human("b")),
         )  # fmt: skip
-        self.publish("thread.status", {"status": rested, "reason": str(reason)})
+        self.publish("thread.status", {"status": self.thread.status, "reason": str(reason)})
         logs.log_create(
             thread=self.thread, kind="flow", fence=self.fence,
             data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
@@ -241,14 +243,14 @@ class Flow:
     def _drain(self) -> Side | None:
         """Persist queued messages (FIFO), run queued tools; returns the side the first
         drained item calls on (user/system -> a, assistant -> b), or None."""
-        side: Side | None = None
-        tools: list[tuple[str, dict[str, Any], str]] = []
-        hooks: Hooks | None = None
-        for work in work_take(thread=self.thread, fence=self.fence):
-            payload = work.payload
-            if work.kind == WorkKind.MESSAGE:
+        # Taking items and storing their messages commit together: a worker that dies in
+        # between leaves the items in the inbox, never consumed without their messages.
+        with transaction.atomic():
+            works = work_take(thread=self.thread, fence=self.fence)
+            messages = [work.payload for work in works if work.kind == WorkKind.MESSAGE]
+            hooks = self._hooks(self._side_prompt("a")) if messages else None
+            for payload in messages:
                 role = payload["role"]
-                hooks = hooks or self._hooks(self._side_prompt("a"))
                 self.create_message(
                     role=role,
                     content=payload.get("content"),
@@ -259,17 +261,14 @@ class Flow:
                     id=payload.get("message_id"),
                     hooks=hooks,
                 )
-                side = side or ("b" if role == "assistant" else "a")
-            elif work.kind == WorkKind.TOOL:
-                tools.append(
-                    (payload["name"], dict(payload.get("args") or {}), f"queued_{work.id}")
-                )
-                side = side or "a"
-            elif work.kind == WorkKind.CONTINUE:
-                side = side or payload.get("side", "a")
+        tools = [
+            (work.payload["name"], dict(work.payload.get("args") or {}), f"queued_{work.id}")
+            for work in works
+            if work.kind == WorkKind.TOOL
+        ]
         if tools:
             self._run_queued_tools(tools)
-        return side
+        return _first_side(works)
 
     def _run_queued_tools(self, tools: Sequence[tuple[str, dict[str, Any], str]]) -> None:
         """Queued tools run as a synthetic call of side A (runtime-forced: any tool the tenant
@@ -731,6 +730,19 @@ class Flow:
             return None if found is None else (found.value, found.type)
 
         return lookup
+
+
+def _first_side(works: Sequence[QueuedWork]) -> Side | None:
+    """The side the first drained item calls on: a message from the assistant calls on B,
+    any other message or a queued tool on A, a continue on the side it names."""
+    for work in works:
+        if work.kind == WorkKind.MESSAGE:
+            return "b" if work.payload["role"] == "assistant" else "a"
+        if work.kind == WorkKind.TOOL:
+            return "a"
+        if work.kind == WorkKind.CONTINUE:
+            return "b" if work.payload.get("side") == "b" else "a"
+    return None
 
 
 def _stored_role(side: str) -> str:

@@ -24,6 +24,7 @@ from threads.models import Message
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.hooks import Hooks
 from threads.services.attachments import attachment_at, attachments_store
+from threads.services.code import code_tool_run
 from threads.services.control import STOPPED_BY_USER
 
 if TYPE_CHECKING:
@@ -184,9 +185,10 @@ class ToolRunner:
                 f"{resolved.name!r} is a dual_ai agent: it runs as a subagent on a child thread, "
                 "which this platform does not support yet"
             )
-        return ToolResult.failure(
-            f"{resolved.name!r} is a code tool: code tools run in the sandbox, which this "
-            "deployment does not have yet"
+        return code_tool_run(
+            self.flow.defs.code_tool(resolved.name),
+            arguments,
+            abort=self.flow.execution.abort_signal,
         )
 
     # Storing ---------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ def thread_stop(*, thread: Thread) -> None:
     if lock is None:
         return  # a flow runs: it sees the signal and finishes the stop itself
     try:
-        stop_finalize(thread=thread, fence=fence_acquire(thread=thread))
+        fence, _pending = fence_acquire(thread=thread)
+        stop_finalize(thread=thread, fence=fence)
     finally:
         lock.release()
 

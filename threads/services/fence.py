@@ -19,15 +19,23 @@ from threads.models import Thread
 
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
 # skip the ORM; the columns are LockedThread's.
-_ACQUIRE = "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence"
+# What a lock holder decides on: the thread's state and whether its inbox has work (the
+# same columns, in the same order, in both statements; see _apply_state).
+_ACQUIRE = (
+    "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence, status, "
+    "acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
+    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL)"
+)
+_REFRESH = (
+    "SELECT status, acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 "
+    "FROM threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL) "
+    "FROM threads_thread WHERE id = %s"
+)
 _LOCK = (
     "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
     "WHERE id = %s FOR NO KEY UPDATE"
 )
-_TOUCH = (
-    "UPDATE threads_thread SET last_activity_at = %s WHERE id = %s "
-    "RETURNING fence, terminated_at, status, stop_requested"
-)
+_READ = "SELECT fence, terminated_at, status, stop_requested FROM threads_thread WHERE id = %s"
 
 
 class StaleFence(Conflict):
@@ -36,12 +44,33 @@ class StaleFence(Conflict):
     code = "stale_fence"
 
 
-def fence_acquire(*, thread: Thread) -> int:
-    """Take the next fence. Precondition: the caller has just acquired the thread's lock."""
+def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
+    """Take the next fence; returns it and whether the inbox has work. ``thread``'s status,
+    acting_side, terminated_at, stop_requested and agent_name are refreshed from the same
+    statement: what the previous holder left, read after it released the lock.
+
+    Precondition: the caller has just acquired the thread's lock.
+    """
     with connection.cursor() as cursor:
-        cursor.execute(_ACQUIRE, [thread.pk])
-        fence: int = cursor.fetchone()[0]
-    return fence
+        cursor.execute(_ACQUIRE, [thread.pk, thread.pk])
+        fence, *state = cursor.fetchone()
+    thread.fence = fence
+    return fence, _apply_state(thread, state)
+
+
+def thread_refresh(*, thread: Thread) -> bool:
+    """Reload ``thread``'s status, acting_side, terminated_at, stop_requested and agent_name
+    in one statement; returns whether its inbox has work."""
+    with connection.cursor() as cursor:
+        cursor.execute(_REFRESH, [thread.pk, thread.pk])
+        return _apply_state(thread, cursor.fetchone())
+
+
+def _apply_state(thread: Thread, state: Any) -> bool:
+    status, acting_side, terminated_at, stop_requested, agent_name, pending = state
+    thread.status, thread.acting_side, thread.terminated_at = status, acting_side, terminated_at
+    thread.stop_requested, thread.agent_name = stop_requested, agent_name
+    return bool(pending)
 
 
 def fence_retire(*, thread: Thread, fence: int) -> bool:
@@ -80,20 +109,34 @@ def fence_check(*, thread: Thread, fence: int | None) -> LockedThread:
         return _checked(cursor.fetchone(), thread, fence)
 
 
-def fence_touch(*, thread: Thread, fence: int | None, activity_at: int) -> LockedThread:
-    """:func:`fence_check` that also records activity, in one statement (a message write)."""
+def fence_read(*, thread: Thread) -> LockedThread | None:
+    """The thread row's fence and state without locking it (None: the thread is gone); for
+    explaining why a fenced write changed nothing."""
     with connection.cursor() as cursor:
-        cursor.execute(_TOUCH, [activity_at, thread.pk])
-        return _checked(cursor.fetchone(), thread, fence)
+        cursor.execute(_READ, [thread.pk])
+        row = cursor.fetchone()
+    return None if row is None else LockedThread(*row)
 
 
 def thread_fenced_update(*, thread: Thread, fence: int | None, **fields: Any) -> None:
     """Update thread columns (status, agent_name, ...) if ``fence`` is still current, in one
     statement. Raises StaleFence otherwise."""
-    rows = Thread.objects.filter(pk=thread.pk)
+    updated_at = now_us()
+    concrete = {field.name: field for field in Thread._meta.concrete_fields}
+    columns = [concrete[name] for name in fields]
+    assignments = ", ".join(f"{field.column} = %s" for field in columns)
+    values = [field.get_db_prep_save(fields[field.name], connection) for field in columns]
+    # Column names come from the model's fields; every value is a parameter.
+    sql = f"UPDATE threads_thread SET {assignments}, updated_at = %s WHERE id = %s"  # noqa: S608
+    params = [*values, updated_at, thread.pk]
     if fence is not None:
-        rows = rows.filter(fence=fence)
-    if rows.update(**fields, updated_at=now_us()) == 0 and fence is not None:
+        sql += " AND fence = %s"
+        params.append(fence)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        written = cursor.rowcount
+    if written == 0 and fence is not None:
         raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: another worker holds it")
     for name, value in fields.items():
         setattr(thread, name, value)
+    thread.updated_at = updated_at

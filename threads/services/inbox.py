@@ -12,15 +12,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Case, Exists, OuterRef, Value, When
+from django.db import connection, transaction
 
-from common.errors import Conflict, LimitExceeded, ValidationFailed
+from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.ids import new_id
 from common.time import now_us
 from threads.events import publish
 from threads.models import QueuedWork, Thread, ThreadStatus, WorkKind
-from threads.services.fence import StaleFence, fence_check
+from threads.services.fence import StaleFence
 from threads.services.messages import check_content, check_metadata
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
@@ -54,29 +53,47 @@ def _drive_on_commit(thread: Thread) -> None:
     transaction.on_commit(lambda: drive_thread.delay(thread_id))
 
 
-@transaction.atomic
+# One statement: lock the open thread's row (a terminated thread inserts nothing), lift a
+# user stop when asked, show a resting thread as queued, then append the item. The row lock
+# is taken before the id is drawn, so ids follow commit order: the inbox is FIFO by id.
+_ENQUEUE = (
+    "WITH t AS (UPDATE threads_thread SET "
+    "status = CASE WHEN (NOT stop_requested OR %(clear)s) AND status = ANY(%(wakeable)s) "
+    "THEN %(queued)s ELSE status END, "
+    "updated_at = CASE WHEN ((NOT stop_requested OR %(clear)s) AND status = ANY(%(wakeable)s)) "
+    "OR (stop_requested AND %(clear)s) THEN %(now)s ELSE updated_at END, "
+    "stop_requested = stop_requested AND NOT %(clear)s "
+    "WHERE id = %(thread)s AND terminated_at IS NULL RETURNING id) "
+    "INSERT INTO threads_queuedwork (tenant_id, thread_id, kind, payload, created_at) "
+    "SELECT %(tenant)s, t.id, %(kind)s, %(payload)s, %(now)s FROM t RETURNING id"
+)
+
+
 def work_enqueue(
     *, thread: Thread, kind: str, payload: Mapping[str, Any], clear_stop: bool = False
 ) -> QueuedWork:
-    """Append work to the inbox and wake the thread after commit.
+    """Append work to the inbox and wake the thread after commit, in one statement.
 
     ``clear_stop`` (a new user message) lifts a user stop, so parked work runs again.
-    Raises ThreadTerminated (409) on a terminated thread.
+    Raises ThreadTerminated (409) on a terminated thread, NotFound when it is gone.
     """
-    locked = fence_check(thread=thread, fence=None)
-    if locked.terminated_at is not None:
-        raise terminated_error()
-    changes: dict[str, Any] = {}
-    if clear_stop and locked.stop_requested:
-        changes["stop_requested"] = False
-    stopped = locked.stop_requested and not clear_stop
-    if not stopped and locked.status in (*_WAKEABLE, ThreadStatus.STOPPED):
-        changes["status"] = ThreadStatus.QUEUED
-    if changes:
-        Thread.objects.filter(pk=thread.pk).update(**changes, updated_at=now_us())
-    work = QueuedWork.objects.create(
-        tenant_id=thread.tenant_id, thread=thread, kind=kind, payload=dict(payload)
-    )
+    work = QueuedWork(tenant_id=thread.tenant_id, thread=thread, kind=kind, payload=dict(payload))
+    payload_field = QueuedWork._meta.get_field("payload")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ENQUEUE,
+            {"clear": clear_stop, "wakeable": [*_WAKEABLE, ThreadStatus.STOPPED],
+             "queued": ThreadStatus.QUEUED, "now": work.created_at, "thread": thread.pk,
+             "tenant": thread.tenant_id, "kind": kind,
+             "payload": payload_field.get_db_prep_save(work.payload, connection)},
+        )  # fmt: skip
+        row = cursor.fetchone()
+    if row is None:
+        if Thread.objects.filter(pk=thread.pk).exists():
+            raise terminated_error()
+        raise NotFound("the thread no longer exists")
+    work.id = row[0]
+    work._state.adding = False
     publish(thread, "queue.changed", {"change": "added", "item": work_json(work)})
     _drive_on_commit(thread)
     return work
@@ -139,49 +156,74 @@ def continue_queue(*, thread: Thread, side: str = "a") -> QueuedWork:
     return work_enqueue(thread=thread, kind=WorkKind.CONTINUE, payload={"side": side})
 
 
+# One statement: lock the thread row while ``fence`` is current, mark every pending item
+# consumed by that fence, and mark the thread running if anything was taken.
+_TAKE = (
+    "WITH t AS (SELECT id FROM threads_thread WHERE id = %s AND fence = %s FOR NO KEY UPDATE), "
+    "taken AS (UPDATE threads_queuedwork SET consumed_at = %s, consumed_fence = %s "
+    "WHERE thread_id IN (SELECT id FROM t) AND consumed_at IS NULL "
+    "RETURNING id, kind, payload, created_at, consumed_at), "
+    "running AS (UPDATE threads_thread SET status = %s "
+    "WHERE id IN (SELECT id FROM t) AND EXISTS (SELECT 1 FROM taken)) "
+    "SELECT id, kind, payload, created_at, consumed_at FROM taken ORDER BY id"
+)
+
+
 def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
     """Every pending item, oldest first, marked consumed by ``fence``; the thread is then
-    ``running``.
+    ``running``. Nothing is taken when ``fence`` is stale (the flow's next write raises).
 
-    Precondition: the caller holds the thread's lock with ``fence`` (the engine checks the
-    fence in the same transaction; see :func:`threads.services.fence.fence_check`).
+    Precondition: the caller holds the thread's lock with ``fence``. Run it in the
+    transaction that stores what the items carry, so they are consumed only with it.
     """
-    with transaction.atomic():
-        fence_check(thread=thread, fence=fence)
-        items = list(
-            QueuedWork.objects.select_for_update()
-            .filter(thread_id=thread.pk, consumed_at__isnull=True)
-            .order_by("id")
+    with connection.cursor() as cursor:
+        cursor.execute(_TAKE, [thread.pk, fence, now_us(), fence, ThreadStatus.RUNNING])
+        rows = cursor.fetchall()
+    items = [
+        QueuedWork(
+            id=id, tenant_id=thread.tenant_id, thread=thread, kind=kind,
+            payload=payload if isinstance(payload, dict) else json.loads(payload),
+            created_at=created_at, consumed_at=consumed_at, consumed_fence=fence,
         )
-        if items:
-            QueuedWork.objects.filter(id__in=[item.id for item in items]).update(
-                consumed_at=now_us(), consumed_fence=fence
-            )
-            # Consumed work and "running" commit together: a worker that dies now leaves a
-            # thread the sweeper sees and the next worker resumes.
-            Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.RUNNING)
-            publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
+        for id, kind, payload, created_at, consumed_at in rows
+    ]  # fmt: skip
+    if items:
+        thread.status = ThreadStatus.RUNNING
+        publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
     return items
 
 
-def flow_rest(*, thread: Thread, fence: int, status: str) -> str:
+_REST = (
+    "UPDATE threads_thread SET status = CASE WHEN %s AND EXISTS (SELECT 1 FROM "
+    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL) THEN %s ELSE %s END, "
+    "acting_side = '', updated_at = %s WHERE id = %s AND fence = %s "
+    "RETURNING status, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
+    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL)"
+)
+
+
+def flow_rest(*, thread: Thread, fence: int, status: str) -> bool:
     """End a flow's hold on the thread's status: ``status`` (idle, waiting_input, ...), except
     that a thread at rest with work already in its inbox shows ``queued``, never a resting
-    status while work waits. One statement; returns the status written.
+    status while work waits. One statement.
 
-    Raises StaleFence when ``fence`` is no longer the thread's.
+    Refreshes ``thread``'s status, terminated_at, stop_requested and agent_name, and returns
+    whether the inbox has work: what the driver decides its next flow on. Raises StaleFence
+    when ``fence`` is no longer the thread's.
     """
-    written: Any = status
-    if status in (ThreadStatus.IDLE, ThreadStatus.WAITING_INPUT):
-        pending = QueuedWork.objects.filter(thread_id=OuterRef("pk"), consumed_at__isnull=True)
-        queued = When(Exists(pending), then=Value(ThreadStatus.QUEUED))
-        written = Case(queued, default=Value(status))
-    rows = Thread.objects.filter(pk=thread.pk, fence=fence)
-    if rows.update(status=written, acting_side="", updated_at=now_us()) == 0:
+    resting = status in (ThreadStatus.IDLE, ThreadStatus.WAITING_INPUT)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _REST,
+            [resting, thread.pk, ThreadStatus.QUEUED, status, now_us(), thread.pk, fence,
+             thread.pk],
+        )  # fmt: skip
+        row = cursor.fetchone()
+    if row is None:
         raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: another worker holds it")
-    thread.status = Thread.objects.values_list("status", flat=True).get(pk=thread.pk)
+    thread.status, thread.terminated_at, thread.stop_requested, thread.agent_name = row[:4]
     thread.acting_side = ""
-    return thread.status
+    return bool(row[4])
 
 
 @transaction.atomic

@@ -1,7 +1,9 @@
 """Messages of a thread (spec Threads §2): list, get, inject, update, delete.
 
-``seq`` orders a thread's messages; it is allocated under a lock on the thread row
-so concurrent writers (engine, API) never collide. Every write publishes an event.
+``seq`` orders a thread's messages; it comes from the thread row's counter
+(``Thread.message_seq``), incremented under that row's lock, so concurrent writers (engine,
+API) never collide. A flow's writes of messages are one statement each: the thread row is
+locked, its fence compared and the message written together. Every write publishes an event.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Max
+from django.db import connection, transaction
+from django.db.models import Field
 
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from threads.events import publish
 from threads.models import Message, MessageRole, MessageStatus, Thread
-from threads.services.fence import fence_check, fence_touch
+from threads.services.fence import StaleFence, fence_check, fence_read
 
 MAX_CONTENT_CHARS = 1_000_000
 MAX_METADATA_BYTES = 64 * 1024
@@ -112,7 +114,46 @@ def check_metadata(metadata: object) -> dict[str, Any]:
     return dict(metadata)
 
 
-@transaction.atomic
+def _insert_fields() -> list[Field[Any, Any]]:
+    return [field for field in Message._meta.concrete_fields if field.attname != "seq"]
+
+
+def _insert_sql() -> str:
+    """One statement: lock the thread row and take the next seq (only while ``fence`` is
+    current, when one is given, and the thread is open, unless allowed), then insert the
+    message with that seq. No row: nothing was written (see :func:`_refused`).
+
+    The counter lives on the thread row because the statement's snapshot predates its wait
+    for the row lock: a ``MAX(seq)`` read here could miss a concurrent writer's row, while
+    the UPDATE re-reads the row it waited for (and re-checks the fence on it)."""
+    columns = ", ".join(field.column for field in _insert_fields())
+    values = ", ".join(["%s"] * len(_insert_fields()))
+    # Column names come from the model; every value is a parameter.
+    return (
+        "WITH t AS (UPDATE threads_thread SET message_seq = message_seq + 1, "  # noqa: S608
+        "last_activity_at = %s WHERE id = %s AND (%s::bigint IS NULL OR fence = %s) "
+        "AND (%s OR terminated_at IS NULL) RETURNING message_seq) "
+        f"INSERT INTO threads_message ({columns}, seq) SELECT {values}, t.message_seq FROM t "
+        "RETURNING seq"
+    )
+
+
+_INSERT_SQL: str | None = None
+
+
+def _refused(thread: Thread, fence: int | None) -> Exception:
+    """Why a fenced write changed nothing: the fence is stale, the thread terminated, or gone."""
+    state = fence_read(thread=thread)
+    if state is None:
+        return NotFound("the thread no longer exists")
+    if fence is not None and state.fence != fence:
+        return StaleFence(
+            f"fence {fence} of thread {thread.pk} is stale (now {state.fence}): "
+            "another worker holds the thread"
+        )
+    return Conflict("the thread is terminated; it accepts no new messages", code="terminated")
+
+
 def message_inject(
     *,
     thread: Thread,
@@ -132,27 +173,23 @@ def message_inject(
     fence: int | None = None,
     allow_terminated: bool = False,
 ) -> Message:
-    """Persist a message now (it does not start execution).
+    """Persist a message now (it does not start execution), in one statement.
 
     Conflict on a terminated thread; StaleFence when ``fence`` (a flow's write) is stale.
     ``id`` fixes the id (a queued message keeps the id it was announced with);
     ``allow_terminated`` lets terminate close a flow's unanswered tool calls.
     """
+    global _INSERT_SQL
     if role not in MessageRole.values:
         raise ValidationFailed(f"role must be one of {', '.join(MessageRole.values)}", field="role")
     check_content(content)
     created_at = now_us()
-    locked = fence_touch(thread=thread, fence=fence, activity_at=created_at)
-    if locked.terminated_at is not None and not allow_terminated:
-        raise Conflict("the thread is terminated; it accepts no new messages", code="terminated")
-    last = Message.objects.filter(thread_id=thread.pk).aggregate(last=Max("seq"))["last"] or 0
-    message = Message.objects.create(
+    message = Message(
         **({"id": id} if id is not None else {}),
         tenant_id=thread.tenant_id,
         thread=thread,
         created_at=created_at,
         updated_at=created_at,
-        seq=last + 1,
         role=role,
         content=content,
         silent=silent,
@@ -167,11 +204,34 @@ def message_inject(
         side=side,
         status=status,
     )
+    values = [
+        field.get_db_prep_save(getattr(message, field.attname), connection)
+        for field in _insert_fields()
+    ]
+    _INSERT_SQL = _INSERT_SQL or _insert_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _INSERT_SQL,
+            [created_at, thread.pk, fence, fence, allow_terminated, *values],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise _refused(thread, fence)
+    message.seq = row[0]
+    message._state.adding = False
     publish(thread, "message.created", message_json(message))
     return message
 
 
-@transaction.atomic
+# One statement, like the insert: lock the thread row while ``fence`` is current, then update.
+_FINISH_SQL = (
+    "WITH t AS (SELECT id FROM threads_thread WHERE id = %s AND fence = %s FOR NO KEY UPDATE) "
+    "UPDATE threads_message SET content = %s, status = %s, tool_calls = %s, "
+    "reasoning_content = %s, metadata = %s, updated_at = %s "
+    "WHERE id = %s AND thread_id IN (SELECT id FROM t)"
+)
+
+
 def message_finish(
     *,
     message: Message,
@@ -182,12 +242,13 @@ def message_finish(
     reasoning_content: str = "",
     metadata: Mapping[str, Any] | None = None,
 ) -> Message:
-    """Fill a flow's pending row with the model's answer (or mark it failed).
+    """Fill a flow's pending row with the model's answer (or mark it failed), in one
+    statement.
 
-    ``metadata`` is merged. Raises StaleFence when ``fence`` is stale.
+    ``metadata`` is merged. Raises StaleFence when ``fence`` is stale, NotFound when the row
+    is gone.
     """
     check_content(content)
-    fence_check(thread=message.thread, fence=fence)
     message.content = content
     message.status = status
     message.tool_calls = tool_calls or None
@@ -195,11 +256,21 @@ def message_finish(
     if metadata:
         message.metadata = check_metadata({**message.metadata, **metadata})
     message.updated_at = now_us()
-    message.save(
-        update_fields=[
-            "content", "status", "tool_calls", "reasoning_content", "metadata", "updated_at"
-        ]
-    )  # fmt: skip
+    json_field = Message._meta.get_field("metadata")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FINISH_SQL,
+            [message.thread_id, fence, content, status,
+             json_field.get_db_prep_save(message.tool_calls, connection),
+             reasoning_content, json_field.get_db_prep_save(message.metadata, connection),
+             message.updated_at, message.pk],
+        )  # fmt: skip
+        written = cursor.rowcount
+    if written != 1:
+        refused = _refused(message.thread, fence)
+        if isinstance(refused, StaleFence):
+            raise refused
+        raise NotFound(f"message {message.pk} no longer exists")
     publish(message.thread, "message.updated", message_json(message))
     return message
 

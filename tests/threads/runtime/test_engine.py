@@ -89,7 +89,8 @@ def test_a_flow_ending_with_work_in_the_inbox_leaves_the_thread_queued_not_waiti
     engine.script.text("first").text("second")
     engine.send(thread, "hello")
 
-    flow = Flow(thread, fence=fence_acquire(thread=thread), runtime=engine.runtime(),
+    fence, _pending = fence_acquire(thread=thread)
+    flow = Flow(thread, fence=fence, runtime=engine.runtime(),
                 abort=AbortSignal())  # fmt: skip
     assert flow.run() == StopReason.STOP_ON_RESPONSE
     thread.refresh_from_db()

@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('tenancy', '0001_initial'),
-        ('threads', '0002_engine_fields'),
+        ('threads', '0003_thread_message_seq'),
     ]
 
     operations = [

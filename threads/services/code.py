@@ -1,0 +1,168 @@
+"""Code execution for threads (ARCHITECTURE §8): ``run_code`` on this process's warm runner
+pool, tied to a flow's abort signal; code tools; results in the spec's JSON shape.
+
+The sandbox itself (``sandbox``) knows nothing of threads: this module is the only door to
+it, so the pool's size and the budgets have one home.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import math
+import threading
+from collections.abc import Mapping
+from typing import Any, Final
+
+from django.conf import settings
+
+from agents.documents import CodeToolDoc
+from agents.providers.base import AbortSignal as FlowAbortSignal
+from agents.registry import ToolResult
+from sandbox import (
+    UNDEFINED,
+    AbortSignal,
+    CodeExecution,
+    CodeExecutionResult,
+    JSMap,
+    RunnerPool,
+    TypedArray,
+    configure_default_pool,
+    run_code,
+)
+
+# The spec's fixed budget for code run from an endpoint (DIGEST §17).
+ENDPOINT_BUDGET_S: Final = 10.0
+
+_pool: RunnerPool | None = None
+_pool_guard = threading.Lock()
+
+
+def code_pool() -> RunnerPool:
+    """This process's warm pool of runner processes (``SANDBOX_POOL_SIZE``), started on first
+    use. Thread-safe."""
+    global _pool
+    with _pool_guard:
+        if _pool is None:
+            _pool = configure_default_pool(settings.SANDBOX_POOL_SIZE)
+        return _pool
+
+
+def code_run(
+    source: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    abort: FlowAbortSignal | None = None,
+) -> CodeExecution:
+    """Start ``source`` in a fresh sandbox and return its handle at once (DIGEST §17).
+
+    ``abort`` (a flow's signal: stop, terminate, a lost lock) terminates the execution when
+    it fires, or at once if it already has. Invalid options settle as ``link_error``.
+    """
+    signal = AbortSignal()
+    execution = run_code(source, options, pool=code_pool(), abort_signal=signal)
+    if abort is not None:
+        unregister = abort.add_callback(lambda: signal.abort("the flow was stopped"))
+        execution.add_done_callback(lambda _result: unregister())
+    return execution
+
+
+def code_settle(execution: CodeExecution, *, budget_s: float) -> CodeExecutionResult:
+    """Wait up to ``budget_s`` for ``execution``; past it, terminate it with a message naming
+    the budget and return that ``terminated`` result."""
+    try:
+        return execution.result(timeout=budget_s)
+    except TimeoutError:
+        execution.terminate(f"the code ran past its budget of {budget_s:g} s")
+        return execution.result()
+
+
+def code_tool_run(
+    tool: CodeToolDoc,
+    arguments: Mapping[str, Any],
+    *,
+    abort: FlowAbortSignal | None = None,
+    budget_s: float | None = None,
+) -> ToolResult:
+    """Run a tenant's code tool: its module's default export is called with the validated
+    arguments, and what it returns (or resolves to) is the tool's result: a string as it is,
+    anything else as JSON. An error, a failed link, an overrun of memory or of the budget
+    (``CODE_TOOL_TIMEOUT_S``) is a failed call whose message says which."""
+    extension = "ts" if tool.language == "typescript" else "js"
+    options = {
+        "language": tool.language,
+        "filename": f"{tool.name}.{extension}",
+        "execute": {"fn": "default", "args": [dict(arguments)]},
+    }
+    budget = settings.CODE_TOOL_TIMEOUT_S if budget_s is None else budget_s
+    result = code_settle(code_run(tool.source, options, abort=abort), budget_s=budget)
+    if result.status == "success":
+        value = plain(result.result)
+        if value is None:
+            return ToolResult.success("")
+        return ToolResult.success(value if isinstance(value, str) else json.dumps(value))
+    return ToolResult.failure(_failure_text(result), code=f"code_{result.status}")
+
+
+def _failure_text(result: CodeExecutionResult) -> str:
+    error = result.error
+    if error is None:
+        return f"the code tool ended with status {result.status}"
+    where = ""
+    if error.line is not None:
+        column = f":{error.column}" if error.column is not None else ""
+        where = f" ({error.filename or 'code'}:{error.line}{column})"
+    prefix = {"link_error": "the code could not be loaded: ", "terminated": "terminated: "}
+    return f"{prefix.get(result.status, '')}{error.name}: {error.message}{where}"
+
+
+def code_result_json(result: CodeExecutionResult) -> dict[str, Any]:
+    """A result in the spec's shape (DIGEST §17: camelCase ``durationMs``), JSON-safe."""
+    error = result.error
+    return {
+        "status": result.status,
+        "result": plain(result.result) if result.status == "success" else None,
+        "error": None
+        if error is None
+        else {
+            "name": error.name,
+            "message": error.message,
+            "stack": error.stack,
+            "line": error.line,
+            "column": error.column,
+            "filename": error.filename,
+            "specifier": error.specifier,
+        },
+        "logs": [
+            {"level": log.level, "args": plain(log.args), "timestamp": log.timestamp}
+            for log in result.logs
+        ],
+        "reports": plain(result.reports),
+        "durationMs": result.duration_ms,
+    }
+
+
+def plain(value: Any) -> Any:
+    """A value that crossed back from the sandbox, as JSON: ``undefined`` and non-finite
+    numbers become null, a Map a list of ``[key, value]`` pairs, a Set a list, a Date an
+    ISO 8601 string, bytes and typed arrays ``{"type", "base64"}``."""
+    if value is UNDEFINED or value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, JSMap):
+        return [[plain(key), plain(item)] for key, item in value.items()]
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, set | frozenset | list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return {"type": "Uint8Array", "base64": base64.b64encode(value).decode()}
+    if isinstance(value, TypedArray):
+        return {"type": value.kind, "base64": base64.b64encode(value.data).decode()}
+    return str(value)
