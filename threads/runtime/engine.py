@@ -169,18 +169,20 @@ class Flow:
                 metadata={"flow_id": self.flow_id, "error_code": failed.error.code},
             )
             reason = StopReason.STEP_ERROR
-        self.pending_after = flow_rest(
-            thread=self.thread, fence=self.fence,
-            status=status_after(reason, human_side=self._human("b")),
-        )  # fmt: skip
-        self.publish("thread.status", {"status": self.thread.status, "reason": str(reason)})
-        logs.log_create(
-            thread=self.thread, kind="flow", fence=self.fence,
-            data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
-                  "started_at": started, "ended_at": now_us(),
-                  "steps": self.execution.step_count, "agent": self.agent.name},
-        )  # fmt: skip
-        self.publish(turn_ended(reason), {"flow_id": self.flow_id, "reason": str(reason)})
+        human = self._human("b")
+        # The flow's end commits as one: status, its log and their events.
+        with transaction.atomic():
+            self.pending_after = flow_rest(
+                thread=self.thread, fence=self.fence, status=status_after(reason, human_side=human)
+            )
+            self.publish("thread.status", {"status": self.thread.status, "reason": str(reason)})
+            logs.log_create(
+                thread=self.thread, kind="flow", fence=self.fence,
+                data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
+                      "started_at": started, "ended_at": now_us(),
+                      "steps": self.execution.step_count, "agent": self.agent.name},
+            )  # fmt: skip
+            self.publish(turn_ended(reason), {"flow_id": self.flow_id, "reason": str(reason)})
         return reason
 
     # The loop ----------------------------------------------------------------------------------

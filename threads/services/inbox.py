@@ -72,14 +72,16 @@ _ENQUEUE = (
 def work_enqueue(
     *, thread: Thread, kind: str, payload: Mapping[str, Any], clear_stop: bool = False
 ) -> QueuedWork:
-    """Append work to the inbox and wake the thread after commit, in one statement.
+    """Append work to the inbox (one statement, with its event) and wake the thread after
+    commit.
 
     ``clear_stop`` (a new user message) lifts a user stop, so parked work runs again.
     Raises ThreadTerminated (409) on a terminated thread, NotFound when it is gone.
     """
     work = QueuedWork(tenant_id=thread.tenant_id, thread=thread, kind=kind, payload=dict(payload))
     payload_field = QueuedWork._meta.get_field("payload")
-    with connection.cursor() as cursor:
+    # The item and its event commit together (joining the caller's transaction, if any).
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             _ENQUEUE,
             {"clear": clear_stop, "wakeable": [*_WAKEABLE, ThreadStatus.STOPPED],
@@ -88,14 +90,15 @@ def work_enqueue(
              "payload": payload_field.get_db_prep_save(work.payload, connection)},
         )  # fmt: skip
         row = cursor.fetchone()
-    if row is None:
+        if row is not None:
+            work.id = row[0]
+            work._state.adding = False
+            publish(thread, "queue.changed", {"change": "added", "item": work_json(work)})
+            _drive_on_commit(thread)
+    if row is None:  # nothing was written; raised outside the block, as in message_inject
         if Thread.objects.filter(pk=thread.pk).exists():
             raise terminated_error()
         raise NotFound("the thread no longer exists")
-    work.id = row[0]
-    work._state.adding = False
-    publish(thread, "queue.changed", {"change": "added", "item": work_json(work)})
-    _drive_on_commit(thread)
     return work
 
 

@@ -53,7 +53,7 @@ def log_create(
     event = _log_event(kind, data)
     if event is None:
         return _log_insert(thread, kind, data, message, parent, fence)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         log = _log_insert(thread, kind, data, message, parent, fence)
         payload = {**_event_payload(kind, data), "log_id": str(log.id)}
         if kind == "llm":

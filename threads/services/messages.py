@@ -173,7 +173,7 @@ def message_inject(
     fence: int | None = None,
     allow_terminated: bool = False,
 ) -> Message:
-    """Persist a message now (it does not start execution), in one statement.
+    """Persist a message now (it does not start execution), in one statement, with its event.
 
     Conflict on a terminated thread; StaleFence when ``fence`` (a flow's write) is stale.
     ``id`` fixes the id (a queued message keeps the id it was announced with);
@@ -209,17 +209,21 @@ def message_inject(
         for field in _insert_fields()
     ]
     _INSERT_SQL = _INSERT_SQL or _insert_sql()
-    with connection.cursor() as cursor:
+    # The message and its event commit together (joining the caller's transaction, if any).
+    # A refused write changed nothing: the block ends cleanly and the error is raised after
+    # it, so a caller's enclosing transaction stays usable.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             _INSERT_SQL,
             [created_at, thread.pk, fence, fence, allow_terminated, *values],
         )
         row = cursor.fetchone()
+        if row is not None:
+            message.seq = row[0]
+            message._state.adding = False
+            publish(thread, "message.created", message_json(message))
     if row is None:
         raise _refused(thread, fence)
-    message.seq = row[0]
-    message._state.adding = False
-    publish(thread, "message.created", message_json(message))
     return message
 
 
@@ -257,7 +261,8 @@ def message_finish(
         message.metadata = check_metadata({**message.metadata, **metadata})
     message.updated_at = now_us()
     json_field = Message._meta.get_field("metadata")
-    with connection.cursor() as cursor:
+    # The answer and its event commit together (joining the caller's transaction, if any).
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             _FINISH_SQL,
             [message.thread_id, fence, content, status,
@@ -265,13 +270,14 @@ def message_finish(
              reasoning_content, json_field.get_db_prep_save(message.metadata, connection),
              message.updated_at, message.pk],
         )  # fmt: skip
-        written = cursor.rowcount
-    if written != 1:
+        written = cursor.rowcount == 1
+        if written:
+            publish(message.thread, "message.updated", message_json(message))
+    if not written:  # raised outside the block, as in message_inject
         refused = _refused(message.thread, fence)
         if isinstance(refused, StaleFence):
             raise refused
         raise NotFound(f"message {message.pk} no longer exists")
-    publish(message.thread, "message.updated", message_json(message))
     return message
 
 
