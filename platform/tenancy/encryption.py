@@ -76,7 +76,8 @@ def tenant_keys_rotate() -> tuple[int, int]:
     tenant_ids = list(Tenant.objects.values_list("id", flat=True))
     for tenant_id in tenant_ids:
         with transaction.atomic():
-            tenant = Tenant.objects.select_for_update().get(id=tenant_id)
+            # NO KEY: rows referencing the tenant keep committing (their FK checks).
+            tenant = Tenant.objects.select_for_update(no_key=True).get(id=tenant_id)
             wrapped = bytes(tenant.data_key_wrapped)
             if not ring.needs_rewrap(wrapped):
                 continue

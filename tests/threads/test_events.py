@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import functools
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +32,7 @@ from threads.events import (
     thread_group,
 )
 from threads.models import Event, EventCounter, Thread
+from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
 from threads.state import ThreadState
@@ -300,3 +302,44 @@ def test_an_event_for_a_deleted_thread_is_dropped(thread: Thread) -> None:
     assert publish(stale, "custom", {"name": "late", "data": None}) is None
     assert not Event.objects.filter(thread_id=thread.pk).exists()
     assert not EventCounter.objects.filter(thread_id=thread.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_kv_key_waiting_on_the_event_counter_lets_the_holder_commit(tenant: Tenant) -> None:
+    """Lock order: a transaction that holds the thread's event counter and commits rows that
+    reference the thread (their foreign keys are checked at commit, with KEY SHARE on the
+    thread row) must not be blocked by a KV writer that locked the thread row to create a key
+    and now waits for that counter: the two would deadlock."""
+    thread = make_thread(tenant)
+    holding = threading.Event()
+    errors: list[BaseException] = []
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                log_create(thread=thread, kind="note", data={"n": 1})  # a row referencing it
+                publish(thread, "custom", {"name": "held", "data": None})  # the counter
+                holding.set()
+                time.sleep(0.5)  # the writer locks the thread row and waits for the counter
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    def writer() -> None:
+        try:
+            holding.wait(5)
+            value_set(thread=thread, key="fresh", value=1)  # a new key: locks the thread row
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    runs = [threading.Thread(target=holder), threading.Thread(target=writer)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(30)
+
+    assert errors == []
+    assert [type for _, type in _log(thread)][-2:] == ["custom", "kv.changed"]

@@ -191,8 +191,13 @@ def _rows(thread: Thread) -> QuerySet[ThreadValue]:
 
 
 def _count_check(thread: Thread) -> None:
-    """Lock the thread row (serialising key creation) and refuse a key past the cap."""
-    Thread.objects.select_for_update().filter(pk=thread.pk).values_list("pk").first()
+    """Lock the thread row (serialising key creation) and refuse a key past the cap.
+
+    ``FOR NO KEY UPDATE``, like every other writer's lock on the thread row: a full
+    ``FOR UPDATE`` would also block the deferred foreign-key checks of other transactions'
+    rows that reference the thread, which commit while holding the thread's event counter
+    that this transaction then waits for (a deadlock)."""
+    Thread.objects.select_for_update(no_key=True).filter(pk=thread.pk).values_list("pk").first()
     count = ThreadValue.objects.filter(thread=thread).count()
     if count >= MAX_KEYS_PER_THREAD:
         raise LimitExceeded(
