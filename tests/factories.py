@@ -8,6 +8,7 @@ from typing import Any
 
 import factory
 from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
 
 from tenancy.models import ApiKey, Role, Tenant
 from tenancy.services import IssuedApiKey, api_key_create, membership_set, tenant_create
@@ -44,7 +45,27 @@ def make_member(tenant: Tenant, *, role: Role = Role.MEMBER, **fields: Any) -> U
     return user
 
 
-__all__ = ["ApiKey", "UserFactory", "make_api_key", "make_member", "make_tenant", "make_thread"]
+def make_session(tenant: Tenant, *, role: Role = Role.MEMBER) -> str:
+    """The key of a stored login session of a new member of ``tenant`` with ``role``."""
+    user = make_member(tenant, role=role)
+    session = SessionStore()
+    session["_auth_user_id"] = str(user.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = user.get_session_auth_hash()
+    session.save()
+    assert session.session_key is not None
+    return session.session_key
+
+
+__all__ = [
+    "ApiKey",
+    "UserFactory",
+    "make_api_key",
+    "make_member",
+    "make_session",
+    "make_tenant",
+    "make_thread",
+]
 
 
 def make_thread(tenant: Tenant, *, agent_name: str = "helper", **fields: Any) -> Thread:

@@ -11,13 +11,11 @@ from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.contrib.auth.models import User
-from django.contrib.sessions.backends.db import SessionStore
 from django.urls import path
 
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import Role, Tenant
-from tests.factories import make_api_key, make_member
+from tests.factories import make_api_key, make_session
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -79,17 +77,7 @@ async def test_bearer_subprotocol_authenticates_the_socket(tenant: Tenant) -> No
 
 
 async def test_session_cookie_authenticates_the_socket(tenant: Tenant) -> None:
-    def login() -> str:
-        user: User = make_member(tenant, role=Role.ADMIN)
-        session = SessionStore()
-        session["_auth_user_id"] = str(user.pk)
-        session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-        session["_auth_user_hash"] = user.get_session_auth_hash()
-        session.save()
-        assert session.session_key is not None
-        return session.session_key
-
-    session_key = await database_sync_to_async(login)()
+    session_key = await database_sync_to_async(make_session)(tenant, role=Role.ADMIN)
     cookie = f"{settings.SESSION_COOKIE_NAME}={session_key}".encode()
 
     communicator, connected, _ = await _connect([(b"cookie", cookie)])

@@ -17,8 +17,6 @@ from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.contrib.auth.models import User
-from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -26,7 +24,7 @@ from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
-from tests.factories import make_api_key, make_member, make_thread
+from tests.factories import make_api_key, make_session, make_thread
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads.consumers import TERMINATED_DRAIN_S
 from threads.models import Event, Thread
@@ -284,19 +282,10 @@ async def test_the_tenant_stream_carries_lifecycle_events_of_its_tenant_only(
 
 
 async def test_a_members_session_follows_its_tenants_thread(tenant: Tenant) -> None:
-    def login() -> str:
-        user: User = make_member(tenant, role=Role.READ_ONLY)
-        session = SessionStore()
-        session["_auth_user_id"] = str(user.pk)
-        session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-        session["_auth_user_hash"] = user.get_session_auth_hash()
-        session.save()
-        assert session.session_key is not None
-        return session.session_key
-
     thread = await database_sync_to_async(make_thread)(tenant)
     await database_sync_to_async(ThreadState(thread).emit)("hello", 1)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={await database_sync_to_async(login)()}"
+    session_key = await database_sync_to_async(make_session)(tenant, role=Role.READ_ONLY)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={session_key}"
     socket = WebsocketCommunicator(
         application, f"/ws/threads/{thread.id}/", headers=[(b"cookie", cookie.encode())]
     )
