@@ -75,8 +75,8 @@ services-up: install ## Start (or reuse) the embedded PostgreSQL and Valkey
 services-down: install ## Stop the embedded PostgreSQL and Valkey
 	$(BIN)/python -m config.devservices down
 
-bench: install ## Run the benchmark harness and record the results
-	$(WITH_SERVICES) $(BIN)/python -m bench
+bench: install ## Run the benchmark harness (DEBUG off, as in production) and record the results
+	DEBUG=false $(WITH_SERVICES) $(BIN)/python -m bench
 
 clean: ## Remove the virtualenv and caches (var/ data is kept)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
