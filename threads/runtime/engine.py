@@ -66,8 +66,8 @@ from threads.services import logs
 from threads.services.attachments import attachment_at
 from threads.services.control import stop_finalize
 from threads.services.env import EnvResolver
-from threads.services.fence import thread_fenced_update
-from threads.services.inbox import flow_rest, work_take
+from threads.services.fence import flow_rest, thread_fenced_update
+from threads.services.inbox import work_take
 from threads.services.messages import message_delete, message_finish, message_inject, message_json
 from threads.services.recovery import close_unanswered_calls
 from threads.state import ExecutionState, ThreadState

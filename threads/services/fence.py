@@ -15,22 +15,31 @@ from django.db.models import F
 
 from common.errors import Conflict
 from common.time import now_us
-from threads.models import Thread
+from threads.models import Thread, ThreadStatus
 
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
-# skip the ORM; the columns are LockedThread's.
-# What a lock holder decides on: the thread's state and whether its inbox has work (the
-# same columns, in the same order, in both statements; see _apply_state).
+# skip the ORM.
+
+# What a lock holder decides on: the thread's state and whether its inbox has work. Every
+# statement that reads it returns these columns, in this order (see _apply_state).
+_STATE = (
+    "status, acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
+    "threads_queuedwork WHERE thread_id = threads_thread.id AND consumed_at IS NULL)"
+)
+# The statements are built from the constants above only; every value is a parameter.
 _ACQUIRE = (
-    "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s RETURNING fence, status, "
-    "acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
-    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL)"
+    "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s "  # noqa: S608
+    f"RETURNING fence, {_STATE}"
 )
-_REFRESH = (
-    "SELECT status, acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 "
-    "FROM threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL) "
-    "FROM threads_thread WHERE id = %s"
+_REFRESH = f"SELECT {_STATE} FROM threads_thread WHERE id = %s"  # noqa: S608
+# A flow's end: its resting status, or "queued" when work already waits (see flow_rest).
+_REST = (
+    "UPDATE threads_thread SET status = CASE WHEN %s AND EXISTS (SELECT 1 FROM "  # noqa: S608
+    "threads_queuedwork WHERE thread_id = threads_thread.id AND consumed_at IS NULL) "
+    "THEN %s ELSE %s END, acting_side = '', updated_at = %s WHERE id = %s AND fence = %s "
+    f"RETURNING {_STATE}"
 )
+# The columns are LockedThread's.
 _LOCK = (
     "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
     "WHERE id = %s FOR NO KEY UPDATE"
@@ -43,6 +52,15 @@ class StaleFence(Conflict):
 
     code = "stale_fence"
 
+    @classmethod
+    def of(cls, thread: Thread, fence: int, *, now: int | None = None) -> StaleFence:
+        """The error for ``fence`` of ``thread`` (``now``: the thread's fence, when known)."""
+        current = f" (now {now})" if now is not None else ""
+        return cls(
+            f"fence {fence} of thread {thread.pk} is stale{current}: another worker holds "
+            "the thread"
+        )
+
 
 def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
     """Take the next fence; returns it and whether the inbox has work. ``thread``'s status,
@@ -52,7 +70,7 @@ def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
     Precondition: the caller has just acquired the thread's lock.
     """
     with connection.cursor() as cursor:
-        cursor.execute(_ACQUIRE, [thread.pk, thread.pk])
+        cursor.execute(_ACQUIRE, [thread.pk])
         fence, *state = cursor.fetchone()
     thread.fence = fence
     return fence, _apply_state(thread, state)
@@ -62,8 +80,26 @@ def thread_refresh(*, thread: Thread) -> bool:
     """Reload ``thread``'s status, acting_side, terminated_at, stop_requested and agent_name
     in one statement; returns whether its inbox has work."""
     with connection.cursor() as cursor:
-        cursor.execute(_REFRESH, [thread.pk, thread.pk])
+        cursor.execute(_REFRESH, [thread.pk])
         return _apply_state(thread, cursor.fetchone())
+
+
+def flow_rest(*, thread: Thread, fence: int, status: str) -> bool:
+    """End a flow's hold on the thread's status: ``status`` (idle, waiting_input, ...), except
+    that a thread at rest with work already in its inbox shows ``queued``, never a resting
+    status while work waits. One statement.
+
+    Refreshes ``thread`` as :func:`thread_refresh` does and returns whether the inbox has
+    work: what the driver decides its next flow on. Raises StaleFence when ``fence`` is no
+    longer the thread's.
+    """
+    resting = status in (ThreadStatus.IDLE, ThreadStatus.WAITING_INPUT)
+    with connection.cursor() as cursor:
+        cursor.execute(_REST, [resting, ThreadStatus.QUEUED, status, now_us(), thread.pk, fence])
+        row = cursor.fetchone()
+    if row is None:
+        raise StaleFence.of(thread, fence)
+    return _apply_state(thread, row)
 
 
 def _apply_state(thread: Thread, state: Any) -> bool:
@@ -91,10 +127,7 @@ class LockedThread(NamedTuple):
 def _checked(row: Any, thread: Thread, fence: int | None) -> LockedThread:
     locked = LockedThread(*row)
     if fence is not None and locked.fence != fence:
-        raise StaleFence(
-            f"fence {fence} of thread {thread.pk} is stale (now {locked.fence}): "
-            "another worker holds the thread"
-        )
+        raise StaleFence.of(thread, fence, now=locked.fence)
     return locked
 
 
@@ -136,7 +169,7 @@ def thread_fenced_update(*, thread: Thread, fence: int | None, **fields: Any) ->
         cursor.execute(sql, params)
         written = cursor.rowcount
     if written == 0 and fence is not None:
-        raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: another worker holds it")
+        raise StaleFence.of(thread, fence)
     for name, value in fields.items():
         setattr(thread, name, value)
     thread.updated_at = updated_at

@@ -19,7 +19,6 @@ from common.ids import new_id
 from common.time import now_us
 from threads.events import publish
 from threads.models import QueuedWork, Thread, ThreadStatus, WorkKind
-from threads.services.fence import StaleFence
 from threads.services.messages import check_content, check_metadata
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
@@ -194,39 +193,6 @@ def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
         thread.status = ThreadStatus.RUNNING
         publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
     return items
-
-
-_REST = (
-    "UPDATE threads_thread SET status = CASE WHEN %s AND EXISTS (SELECT 1 FROM "
-    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL) THEN %s ELSE %s END, "
-    "acting_side = '', updated_at = %s WHERE id = %s AND fence = %s "
-    "RETURNING status, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
-    "threads_queuedwork WHERE thread_id = %s AND consumed_at IS NULL)"
-)
-
-
-def flow_rest(*, thread: Thread, fence: int, status: str) -> bool:
-    """End a flow's hold on the thread's status: ``status`` (idle, waiting_input, ...), except
-    that a thread at rest with work already in its inbox shows ``queued``, never a resting
-    status while work waits. One statement.
-
-    Refreshes ``thread``'s status, terminated_at, stop_requested and agent_name, and returns
-    whether the inbox has work: what the driver decides its next flow on. Raises StaleFence
-    when ``fence`` is no longer the thread's.
-    """
-    resting = status in (ThreadStatus.IDLE, ThreadStatus.WAITING_INPUT)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _REST,
-            [resting, thread.pk, ThreadStatus.QUEUED, status, now_us(), thread.pk, fence,
-             thread.pk],
-        )  # fmt: skip
-        row = cursor.fetchone()
-    if row is None:
-        raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: another worker holds it")
-    thread.status, thread.terminated_at, thread.stop_requested, thread.agent_name = row[:4]
-    thread.acting_side = ""
-    return bool(row[4])
 
 
 @transaction.atomic

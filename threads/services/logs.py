@@ -103,7 +103,7 @@ def _log_insert(
              json.dumps(log.data), log.created_at, thread.pk, fence],
         )  # fmt: skip
         if cursor.rowcount != 1:
-            raise StaleFence(f"fence {fence} of thread {thread.pk} is stale: the log is refused")
+            raise StaleFence.of(thread, fence)
     return log
 
 

@@ -8,6 +8,7 @@ locked, its fence compared and the message written together. Every write publish
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -114,31 +115,29 @@ def check_metadata(metadata: object) -> dict[str, Any]:
     return dict(metadata)
 
 
-def _insert_fields() -> list[Field[Any, Any]]:
-    return [field for field in Message._meta.concrete_fields if field.attname != "seq"]
+@functools.cache
+def _insert_plan() -> tuple[str, tuple[Field[Any, Any], ...]]:
+    """The message insert and the fields whose values it takes, in order (built once).
 
-
-def _insert_sql() -> str:
-    """One statement: lock the thread row and take the next seq (only while ``fence`` is
+    One statement: lock the thread row and take the next seq (only while ``fence`` is
     current, when one is given, and the thread is open, unless allowed), then insert the
     message with that seq. No row: nothing was written (see :func:`_refused`).
 
     The counter lives on the thread row because the statement's snapshot predates its wait
     for the row lock: a ``MAX(seq)`` read here could miss a concurrent writer's row, while
     the UPDATE re-reads the row it waited for (and re-checks the fence on it)."""
-    columns = ", ".join(field.column for field in _insert_fields())
-    values = ", ".join(["%s"] * len(_insert_fields()))
+    fields = tuple(field for field in Message._meta.concrete_fields if field.attname != "seq")
+    columns = ", ".join(field.column for field in fields)
+    values = ", ".join(["%s"] * len(fields))
     # Column names come from the model; every value is a parameter.
-    return (
+    sql = (
         "WITH t AS (UPDATE threads_thread SET message_seq = message_seq + 1, "  # noqa: S608
         "last_activity_at = %s WHERE id = %s AND (%s::bigint IS NULL OR fence = %s) "
         "AND (%s OR terminated_at IS NULL) RETURNING message_seq) "
         f"INSERT INTO threads_message ({columns}, seq) SELECT {values}, t.message_seq FROM t "
         "RETURNING seq"
     )
-
-
-_INSERT_SQL: str | None = None
+    return sql, fields
 
 
 def _refused(thread: Thread, fence: int | None) -> Exception:
@@ -147,10 +146,7 @@ def _refused(thread: Thread, fence: int | None) -> Exception:
     if state is None:
         return NotFound("the thread no longer exists")
     if fence is not None and state.fence != fence:
-        return StaleFence(
-            f"fence {fence} of thread {thread.pk} is stale (now {state.fence}): "
-            "another worker holds the thread"
-        )
+        return StaleFence.of(thread, fence, now=state.fence)
     return Conflict("the thread is terminated; it accepts no new messages", code="terminated")
 
 
@@ -179,7 +175,6 @@ def message_inject(
     ``id`` fixes the id (a queued message keeps the id it was announced with);
     ``allow_terminated`` lets terminate close a flow's unanswered tool calls.
     """
-    global _INSERT_SQL
     if role not in MessageRole.values:
         raise ValidationFailed(f"role must be one of {', '.join(MessageRole.values)}", field="role")
     check_content(content)
@@ -204,17 +199,16 @@ def message_inject(
         side=side,
         status=status,
     )
+    sql, fields = _insert_plan()
     values = [
-        field.get_db_prep_save(getattr(message, field.attname), connection)
-        for field in _insert_fields()
+        field.get_db_prep_save(getattr(message, field.attname), connection) for field in fields
     ]
-    _INSERT_SQL = _INSERT_SQL or _insert_sql()
     # The message and its event commit together (joining the caller's transaction, if any).
     # A refused write changed nothing: the block ends cleanly and the error is raised after
     # it, so a caller's enclosing transaction stays usable.
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
-            _INSERT_SQL,
+            sql,
             [created_at, thread.pk, fence, fence, allow_terminated, *values],
         )
         row = cursor.fetchone()
@@ -260,14 +254,15 @@ def message_finish(
     if metadata:
         message.metadata = check_metadata({**message.metadata, **metadata})
     message.updated_at = now_us()
-    json_field = Message._meta.get_field("metadata")
+    calls_field = Message._meta.get_field("tool_calls")
+    metadata_field = Message._meta.get_field("metadata")
     # The answer and its event commit together (joining the caller's transaction, if any).
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             _FINISH_SQL,
             [message.thread_id, fence, content, status,
-             json_field.get_db_prep_save(message.tool_calls, connection),
-             reasoning_content, json_field.get_db_prep_save(message.metadata, connection),
+             calls_field.get_db_prep_save(message.tool_calls, connection),
+             reasoning_content, metadata_field.get_db_prep_save(message.metadata, connection),
              message.updated_at, message.pk],
         )  # fmt: skip
         written = cursor.rowcount == 1
