@@ -396,12 +396,14 @@ def configure_default_pool(size: int, *, cancel_grace_seconds: float = 0.02) -> 
     return pool
 
 
-def default_pool() -> RunnerPool:
-    """The process-wide pool, started on first use with ``DEFAULT_POOL_SIZE`` runners."""
+def default_pool(size: int | None = None) -> RunnerPool:
+    """The process-wide pool, started on first use with ``size`` runners (default
+    ``DEFAULT_POOL_SIZE``); once started, ``size`` is ignored (``configure_default_pool``
+    replaces it)."""
     global _default_pool
     with _default_lock:
         if _default_pool is None:
-            _default_pool = RunnerPool(DEFAULT_POOL_SIZE)
+            _default_pool = RunnerPool(DEFAULT_POOL_SIZE if size is None else size)
         return _default_pool
 
 

@@ -11,7 +11,6 @@ import base64
 import datetime
 import json
 import math
-import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -28,25 +27,18 @@ from sandbox import (
     JSMap,
     RunnerPool,
     TypedArray,
-    configure_default_pool,
+    default_pool,
     run_code,
 )
 
 # The spec's fixed budget for code run from an endpoint (DIGEST §17).
 ENDPOINT_BUDGET_S: Final = 10.0
 
-_pool: RunnerPool | None = None
-_pool_guard = threading.Lock()
-
 
 def code_pool() -> RunnerPool:
     """This process's warm pool of runner processes (``SANDBOX_POOL_SIZE``), started on first
     use. Thread-safe."""
-    global _pool
-    with _pool_guard:
-        if _pool is None:
-            _pool = configure_default_pool(settings.SANDBOX_POOL_SIZE)
-        return _pool
+    return default_pool(settings.SANDBOX_POOL_SIZE)
 
 
 def code_run(
