@@ -47,15 +47,20 @@ def thread_stop(*, thread: Thread) -> None:
 
 
 def stop_finalize(*, thread: Thread, fence: int, flow_id: str | None = None) -> None:
-    """Close open calls, add the stop message, mark the thread stopped. Precondition: the
-    caller holds the thread's lock with ``fence``."""
-    close_unanswered_calls(thread=thread, fence=fence, reason=STOPPED_BY_USER)
+    """Close open calls, add the stop message, mark the thread stopped, as one transaction
+    with their events. Precondition: the caller holds the thread's lock with ``fence``."""
     metadata = {"status_kind": "stopped_by_user", **({"flow_id": flow_id} if flow_id else {})}
-    message_inject(
-        thread=thread, role="system", content=STOPPED_BY_USER, metadata=metadata, fence=fence
-    )
-    thread_fenced_update(thread=thread, fence=fence, status=ThreadStatus.STOPPED, acting_side="")
-    publish(thread, "thread.status", {"status": ThreadStatus.STOPPED, "reason": "aborted_by_user"})
+    with transaction.atomic():
+        close_unanswered_calls(thread=thread, fence=fence, reason=STOPPED_BY_USER)
+        message_inject(
+            thread=thread, role="system", content=STOPPED_BY_USER, metadata=metadata, fence=fence
+        )
+        thread_fenced_update(
+            thread=thread, fence=fence, status=ThreadStatus.STOPPED, acting_side=""
+        )
+        publish(
+            thread, "thread.status", {"status": ThreadStatus.STOPPED, "reason": "aborted_by_user"}
+        )
 
 
 def thread_terminate(*, thread: Thread) -> bool:
