@@ -21,9 +21,10 @@ replaced by its id and a ``refs`` entry pointing at the message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
@@ -453,7 +454,7 @@ DEFERRED = frozenset(
         EventType.SIDE_COMPLETED,
     }
 )
-_deferred = threading.local()
+_local = threading.local()  # .deferred: markers waiting, see DEFERRED; .batch: see batch()
 # Events that record no write of their own (progress markers, ``state.emit``): when they
 # commit alone they commit asynchronously (no wait for the WAL flush). The events of writes
 # always commit synchronously.
@@ -514,12 +515,21 @@ def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None
 
         broadcast(_groups(thread, kind), row.envelope(thread, None, session_id_of(thread)))
         return None
-    waiting: dict[Any, list[_Row]] = getattr(_deferred, "rows", None) or {}
-    _deferred.rows = waiting
+    waiting: dict[Any, list[_Row]] = getattr(_local, "deferred", None) or {}
+    _local.deferred = waiting
     if kind in DEFERRED and not connection.in_atomic_block:
         waiting.setdefault(thread.pk, []).append(row)
         return None
     rows = [*waiting.pop(thread.pk, []), row]
+    open_batch: _Batch | None = getattr(_local, "batch", None)
+    if open_batch is not None and open_batch.holds(connection):
+        open_batch.add(thread, rows)
+        return None
+    return _write(thread, rows)
+
+
+def _write(thread: Thread, rows: Sequence[_Row]) -> int | None:
+    """Insert ``rows`` (one statement) and broadcast them after commit; the last sequence."""
     last = _insert(thread, rows)
     if last is None:
         return None  # the thread was deleted under the writer: nothing to tell anyone
@@ -530,6 +540,74 @@ def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None
     ]
     transaction.on_commit(lambda: _broadcast_all(sent))
     return last
+
+
+class _Batch:
+    """The events a :func:`batch` block published at its own savepoint level, by thread."""
+
+    def __init__(self) -> None:
+        self.savepoints = _savepoints(connection)
+        self.rows: dict[Any, tuple[Thread, list[_Row]]] = {}
+
+    def holds(self, current: Any) -> bool:
+        """Whether an event published now belongs here: inside the block's transaction and
+        not in a savepoint opened since (a savepoint's events are written at once, so its
+        rollback takes them along)."""
+        return current.in_atomic_block and _savepoints(current) == self.savepoints
+
+    def add(self, thread: Thread, rows: Sequence[_Row]) -> None:
+        self.rows.setdefault(thread.pk, (thread, []))[1].extend(rows)
+
+    def flush(self) -> None:
+        pending, self.rows = self.rows, {}
+        for thread, rows in pending.values():
+            _write(thread, rows)
+
+
+def _savepoints(current: Any) -> tuple[str, ...]:
+    """The savepoints open on ``current`` (``atomic(savepoint=False)`` blocks record None:
+    a failure in one rolls back the enclosing level, so they open no level of their own)."""
+    return tuple(sid for sid in current.savepoint_ids if sid is not None)
+
+
+@contextlib.contextmanager
+def batch() -> Iterator[None]:
+    """``transaction.atomic()`` whose events are written together when the block ends: one
+    statement per thread instead of one per :func:`publish` call. Sequences, commit and
+    broadcast are as without it; ``publish`` returns None inside.
+
+    Events published in a savepoint opened inside the block are written at once (they must
+    roll back with it), so they take sequences before the block's earlier events: run code
+    that publishes from savepoints, or user code, under :func:`unbatched`. A nested batch
+    first writes what the outer one holds.
+    """
+    outer: _Batch | None = getattr(_local, "batch", None)
+    if outer is not None and outer.holds(connection):
+        outer.flush()
+    with transaction.atomic():
+        current = _local.batch = _Batch()
+        try:
+            yield
+            current.flush()
+        finally:
+            _local.batch = outer
+
+
+@contextlib.contextmanager
+def unbatched() -> Iterator[None]:
+    """Publish at once inside a :func:`batch` block (after writing what it holds): for user
+    code (hooks), which may publish from savepoints it opens and rolls back."""
+    outer: _Batch | None = getattr(_local, "batch", None)
+    if outer is None:
+        yield
+        return
+    if outer.holds(connection):
+        outer.flush()
+    _local.batch = None
+    try:
+        yield
+    finally:
+        _local.batch = outer
 
 
 def _groups(thread: Thread, kind: EventType) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from django.db import connection, transaction
+from django.db import connection
 
 from agents.documents import AgentDoc, PromptDoc, SessionBinding, SideConfig
 from agents.providers.base import (
@@ -40,7 +40,7 @@ from agents.registry import HookName, ToolResult
 from common.errors import Conflict
 from common.ids import new_id
 from common.time import now_us
-from threads.events import publish, turn_ended
+from threads.events import batch, publish, turn_ended
 from threads.models import Message, MessageStatus, QueuedWork, Thread, WorkKind
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
@@ -171,7 +171,7 @@ class Flow:
             reason = StopReason.STEP_ERROR
         human = self._human("b")
         # The flow's end commits as one: status, its log and their events.
-        with transaction.atomic():
+        with batch():
             self.pending_after = flow_rest(
                 thread=self.thread, fence=self.fence, status=status_after(reason, human_side=human)
             )
@@ -211,8 +211,6 @@ class Flow:
                 return StopReason.MAX_SIDE_STEPS
             if self.execution.step_count >= global_cap(self.agent):
                 return StopReason.MAX_TOTAL_STEPS
-            if self.thread.acting_side != acting:
-                thread_fenced_update(thread=self.thread, fence=self.fence, acting_side=acting)
             step = self._step(acting, side)
             reason = self._stop_reason(side, step)
             if reason is not None:
@@ -247,7 +245,7 @@ class Flow:
         drained item calls on (user/system -> a, assistant -> b), or None."""
         # Taking items and storing their messages commit together: a worker that dies in
         # between leaves the items in the inbox, never consumed without their messages.
-        with transaction.atomic():
+        with batch():
             works = work_take(thread=self.thread, fence=self.fence)
             messages = [work.payload for work in works if work.kind == WorkKind.MESSAGE]
             hooks = self._hooks(self._side_prompt("a")) if messages else None
@@ -392,11 +390,16 @@ class Flow:
         failed and the error logged).
         """
         spec = self.defs.model(prompt.model)
-        pending = self.create_message(
-            role=_stored_role(acting), content=None,
-            status=MessageStatus.PENDING, side=acting, parent=parent,
-            metadata={"flow_id": self.flow_id, "prompt": prompt.name},
-        )  # fmt: skip
+        # The pending row, the thread's acting side (what a takeover resumes) and the
+        # model.requested event commit as one.
+        with batch():
+            pending = self.create_message(
+                role=_stored_role(acting), content=None,
+                status=MessageStatus.PENDING, side=acting, parent=parent,
+                metadata={"flow_id": self.flow_id, "prompt": prompt.name},
+                acting_side=acting if parent is None else None,
+            )  # fmt: skip
+            timer = CallTimer(pending, self.publish)
         request = ProviderRequest(
             messages=messages,
             tools=[tool.spec for tool in tools.values()],
@@ -408,7 +411,6 @@ class Flow:
             metadata={"thread_id": str(self.thread.pk), "flow_id": self.flow_id},
         )
         self._checkpoint(pending)
-        timer = CallTimer(pending, self.publish)
         if self.runtime.release_connection:
             connection.close()  # back to the pool while the model thinks
         try:
@@ -421,11 +423,12 @@ class Flow:
             self._discard(pending)
             raise FlowAborted from None
         except ProviderError as error:
-            message_finish(
-                message=pending, fence=self.fence, content=None, status=MessageStatus.FAILED,
-                metadata={"error": error.message, "error_code": error.code},
-            )  # fmt: skip
-            self.log_model(prompt, spec, timer, None, error=error)
+            with batch():
+                message_finish(
+                    message=pending, fence=self.fence, content=None, status=MessageStatus.FAILED,
+                    metadata={"error": error.message, "error_code": error.code},
+                )  # fmt: skip
+                self.log_model(prompt, spec, timer, None, error=error)
             raise StepFailed(error) from error
         self._checkpoint(pending)
         response = result.response
@@ -439,15 +442,19 @@ class Flow:
         )  # fmt: skip
         if not isinstance(proposed, Mapping):
             proposed = {}
-        finished = message_finish(
-            message=pending, fence=self.fence,
-            content=proposed.get("content", content) or None,
-            tool_calls=calls,
-            reasoning_content=response.reasoning,
-            metadata={**(proposed.get("metadata") or {}), "model": result.spec.name},
-        )  # fmt: skip
-        hooks.notify(HookName.AFTER_CREATE_MESSAGE, message_json(finished))
-        self.log_model(prompt, result.spec, timer, result.response, attempts=result.failed_attempts)
+        # The answer, the call's log and their events commit as one.
+        with batch():
+            finished = message_finish(
+                message=pending, fence=self.fence,
+                content=proposed.get("content", content) or None,
+                tool_calls=calls,
+                reasoning_content=response.reasoning,
+                metadata={**(proposed.get("metadata") or {}), "model": result.spec.name},
+            )  # fmt: skip
+            hooks.notify(HookName.AFTER_CREATE_MESSAGE, message_json(finished))
+            self.log_model(
+                prompt, result.spec, timer, result.response, attempts=result.failed_attempts
+            )
         return finished, response
 
     @staticmethod

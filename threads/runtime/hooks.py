@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.registry import HookEntry, HookName, RegistryView
+from threads.events import unbatched
 
 if TYPE_CHECKING:
     from threads.state import ThreadState
@@ -69,7 +70,7 @@ class Hooks:
         the answer and ends the chain: ``after_tool_call_*`` use it for "store nothing")."""
         for entry in self.entries(hook):
             try:
-                result = entry.function(self.state, *before, value, self.context)
+                result = self._run(entry, *before, value)
             except Exception:
                 logger.exception("hook %s (%s) failed; its input is kept", entry.id, hook)
                 continue
@@ -84,7 +85,7 @@ class Hooks:
         """Like :meth:`transform` but an error propagates (``before_create_message`` on the
         ``inject_message`` path prevents the insert)."""
         for entry in self.entries(hook):
-            result = entry.function(self.state, value, self.context)
+            result = self._run(entry, value)
             if result is not None:
                 value = result
         return value
@@ -93,7 +94,7 @@ class Hooks:
         """``prefilter_llm_history``; raises HookBlocked when a hook blocks the step."""
         for entry in self.entries(HookName.PREFILTER_LLM_HISTORY):
             try:
-                result = entry.function(self.state, messages, self.context)
+                result = self._run(entry, messages)
             except Exception as error:
                 if getattr(error, "block", False):
                     raise HookBlocked(entry.id, str(error) or type(error).__name__) from error
@@ -105,9 +106,16 @@ class Hooks:
 
     def _call(self, entry: HookEntry, arguments: Sequence[Any]) -> None:
         try:
-            entry.function(self.state, *arguments, self.context)
+            self._run(entry, *arguments)
         except Exception:
             logger.exception("hook %s (%s) failed", entry.id, entry.hook)
+
+    def _run(self, entry: HookEntry, *arguments: Any) -> Any:
+        """One implementation, called ``(state, *arguments, context)``. Its events are
+        written as it publishes them, even when the engine batches its own (user code may
+        publish from savepoints it rolls back)."""
+        with unbatched():
+            return entry.function(self.state, *arguments, self.context)
 
 
 def thread_hooks(state: ThreadState) -> Hooks:

@@ -132,7 +132,8 @@ def _insert_plan() -> tuple[str, tuple[Field[Any, Any], ...]]:
     # Column names come from the model; every value is a parameter.
     sql = (
         "WITH t AS (UPDATE threads_thread SET message_seq = message_seq + 1, "  # noqa: S608
-        "last_activity_at = %s WHERE id = %s AND (%s::bigint IS NULL OR fence = %s) "
+        "last_activity_at = %s, acting_side = COALESCE(%s, acting_side) "
+        "WHERE id = %s AND (%s::bigint IS NULL OR fence = %s) "
         "AND (%s OR terminated_at IS NULL) RETURNING message_seq) "
         f"INSERT INTO threads_message ({columns}, seq) SELECT {values}, t.message_seq FROM t "
         "RETURNING seq"
@@ -168,12 +169,14 @@ def message_inject(
     id: uuid.UUID | str | None = None,
     fence: int | None = None,
     allow_terminated: bool = False,
+    acting_side: str | None = None,
 ) -> Message:
     """Persist a message now (it does not start execution), in one statement, with its event.
 
     Conflict on a terminated thread; StaleFence when ``fence`` (a flow's write) is stale.
     ``id`` fixes the id (a queued message keeps the id it was announced with);
-    ``allow_terminated`` lets terminate close a flow's unanswered tool calls.
+    ``allow_terminated`` lets terminate close a flow's unanswered tool calls;
+    ``acting_side`` also sets the thread's (a flow's step, with the pending row it calls on).
     """
     if role not in MessageRole.values:
         raise ValidationFailed(f"role must be one of {', '.join(MessageRole.values)}", field="role")
@@ -209,10 +212,12 @@ def message_inject(
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             sql,
-            [created_at, thread.pk, fence, fence, allow_terminated, *values],
+            [created_at, acting_side, thread.pk, fence, fence, allow_terminated, *values],
         )
         row = cursor.fetchone()
         if row is not None:
+            if acting_side is not None:
+                thread.acting_side = acting_side
             message.seq = row[0]
             message._state.adding = False
             publish(thread, "message.created", message_json(message))
