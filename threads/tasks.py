@@ -8,9 +8,10 @@ from threads.runtime.driver import thread_drive, threads_sweep
 
 
 @shared_task(name="threads.drive_thread", ignore_result=True)
-def drive_thread(thread_id: str) -> None:
-    """Run the thread's pending work (idempotent: the lock makes duplicates no-ops)."""
-    thread_drive(thread_id=thread_id)
+def drive_thread(thread_id: str, tenant_id: str | None = None) -> None:
+    """Run the thread's pending work (idempotent: the lock makes duplicates no-ops).
+    ``tenant_id`` is the thread's (optional: read from the thread when absent)."""
+    thread_drive(thread_id=thread_id, tenant_id=tenant_id)
 
 
 @shared_task(name="threads.sweep_threads", ignore_result=True)

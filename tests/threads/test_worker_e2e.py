@@ -24,12 +24,13 @@ from rest_framework.test import APIClient
 
 from agents.bundles import bundle_import
 from tenancy.models import Tenant
+from tests.factories import make_tenant
 from tests.support import current_database_url
 from tests.worker import Worker, log_on_failure, private_queue, tasks_routed_to, worker_start
 from threads.models import Log, Message, QueuedWork, Thread
 from threads.runtime.driver import threads_sweep
 from threads.runtime.lock import lock_is_held
-from threads.services.fence import StaleFence, fence_acquire, fence_retire
+from threads.services.fence import StaleFence, fence_acquire, fence_retire, fence_take
 from threads.services.inbox import message_queue
 from threads.services.messages import message_inject
 from threads.services.threads import thread_create
@@ -464,6 +465,40 @@ def test_write_with_a_fence_that_a_new_holder_superseded_is_refused(thread: Thre
     assert not Message.objects.filter(thread=thread).exists()
     message_inject(thread=thread, role="assistant", content="current", fence=new)
     assert _history(thread) == [("assistant", "", "completed", "current")]
+
+
+@pytest.mark.django_db
+def test_taking_the_fence_loads_the_thread_and_its_tenant_as_the_orm_would(
+    thread: Thread, tenant: Tenant, django_assert_num_queries: Any
+) -> None:
+    Thread.objects.filter(pk=thread.pk).update(arguments={"topic": "tea"}, tags=["x"])
+    message_queue(thread=thread, role="user", content="hello")
+
+    taken = fence_take(thread_id=thread.pk, tenant_id=tenant.pk)
+
+    assert taken is not None
+    loaded, fence, pending = taken
+    expected = Thread.objects.select_related("tenant").get(pk=thread.pk)
+    assert (fence, pending) == (expected.fence, True)
+    fields = [field.attname for field in Thread._meta.concrete_fields]
+    assert [getattr(loaded, name) for name in fields] == [getattr(expected, n) for n in fields]
+    assert loaded.arguments == {"topic": "tea"}
+    tenant_fields = [field.attname for field in Tenant._meta.concrete_fields]
+    with django_assert_num_queries(0):
+        attached = loaded.tenant
+    assert [bytes(v) if isinstance(v, memoryview) else v
+            for v in (getattr(attached, n) for n in tenant_fields)] == [
+        bytes(v) if isinstance(v, memoryview) else v
+        for v in (getattr(expected.tenant, n) for n in tenant_fields)
+    ]  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_taking_the_fence_of_another_tenants_thread_finds_nothing(thread: Thread) -> None:
+    other = make_tenant()
+
+    assert fence_take(thread_id=thread.pk, tenant_id=other.pk) is None
+    assert Thread.objects.get(pk=thread.pk).fence == thread.fence
 
 
 @pytest.mark.django_db

@@ -25,8 +25,8 @@ from threads.runtime.stops import StopReason
 from threads.services.control import stop_finalize
 from threads.services.fence import (
     StaleFence,
-    fence_acquire,
     fence_retire,
+    fence_take,
     thread_fenced_update,
     thread_refresh,
 )
@@ -47,25 +47,36 @@ class DriveResult:
     stale: bool = False
 
 
-def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) -> DriveResult:
+def thread_drive(
+    *,
+    thread_id: uuid.UUID | str,
+    tenant_id: uuid.UUID | str | None = None,
+    runtime: Runtime | None = None,
+) -> DriveResult:
     """Run ``thread_id``'s pending work if no one else is; see the module docstring.
-    Idempotent: a duplicate delivery finds the lock taken or the inbox empty."""
-    thread = Thread.objects.select_related("tenant").filter(pk=thread_id).first()
-    if thread is None:
-        return DriveResult(acquired=False)
-    lock = lock_acquire(tenant_id=thread.tenant_id, thread_id=thread.pk)
+    Idempotent: a duplicate delivery finds the lock taken or the inbox empty. ``tenant_id``
+    (the thread's, as the wake-up carries it) saves reading it first."""
+    if tenant_id is None:
+        tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
+        if tenant_id is None:
+            return DriveResult(acquired=False)
+    lock = lock_acquire(tenant_id=tenant_id, thread_id=thread_id)
     if lock is None:
         return DriveResult(acquired=False)
     result = DriveResult(acquired=True)
     abort = AbortSignal()
+    thread: Thread | None = None
     try:
-        fence, pending = fence_acquire(thread=thread)
+        taken = fence_take(thread_id=thread_id, tenant_id=tenant_id)
+        if taken is None:  # deleted (or not this tenant's): nothing to run
+            return DriveResult(acquired=False)
+        thread, fence, pending = taken
         result.fence = fence
-        control_clear(tenant_id=thread.tenant_id, thread_id=thread.pk)
+        control_clear(tenant_id=tenant_id, thread_id=thread_id)
         with Heartbeat(
             lock,
-            tenant_id=thread.tenant_id,
-            thread_id=thread.pk,
+            tenant_id=tenant_id,
+            thread_id=thread_id,
             on_signal=lambda _signal: abort.set(),
             on_lost=lambda: _lock_lost(thread, fence, abort),
         ):
@@ -73,10 +84,10 @@ def thread_drive(*, thread_id: uuid.UUID | str, runtime: Runtime | None = None) 
             _run_flows(thread, fence, runtime, abort, result, pending=pending)
     except StaleFence as error:
         result.stale = True
-        logger.warning("thread %s: %s; this worker stops writing", thread.pk, error.message)
+        logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
     finally:
         lock.release()
-    if not result.reasons or result.reasons[-1] != StopReason.STEP_ERROR:
+    if thread is not None and (not result.reasons or result.reasons[-1] != StopReason.STEP_ERROR):
         _wake_if_needed(thread)
     return result
 
@@ -101,7 +112,7 @@ def _run_flows(
     *,
     pending: bool,
 ) -> None:
-    """Precondition: ``thread`` and ``pending`` are as :func:`fence_acquire` read them."""
+    """Precondition: ``thread`` and ``pending`` are as :func:`fence_take` read them."""
     resume = _recover(thread, fence)
     flow: Flow | None = None
     while not abort.is_set:
@@ -166,7 +177,7 @@ def _wake_if_needed(thread: Thread) -> None:
     if thread.terminated_at is None and not thread.stop_requested and pending:
         from threads.tasks import drive_thread
 
-        drive_thread.delay(str(thread.pk))
+        drive_thread.delay(str(thread.pk), str(thread.tenant_id))
 
 
 def threads_sweep() -> int:
@@ -188,6 +199,6 @@ def threads_sweep() -> int:
     woken = 0
     for thread_id, tenant_id in candidates.items():
         if not lock_is_held(tenant_id=tenant_id, thread_id=thread_id):
-            drive_thread.delay(str(thread_id))
+            drive_thread.delay(str(thread_id), str(tenant_id))
             woken += 1
     return woken

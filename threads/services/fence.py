@@ -8,6 +8,8 @@ changes nothing.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connection
@@ -15,6 +17,7 @@ from django.db.models import F
 
 from common.errors import Conflict
 from common.time import now_us
+from tenancy.models import Tenant
 from threads.models import Thread, ThreadStatus
 
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
@@ -74,6 +77,57 @@ def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
         fence, *state = cursor.fetchone()
     thread.fence = fence
     return fence, _apply_state(thread, state)
+
+
+def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, bool] | None:
+    """:func:`fence_acquire` for a thread not loaded yet: one statement takes the next fence
+    and reads the thread (its tenant attached). Returns the thread, the fence and whether
+    the inbox has work; None when no thread ``thread_id`` of ``tenant_id`` exists.
+
+    Precondition: the caller has just acquired the thread's lock.
+    """
+    sql, converters = _take_plan()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [thread_id, tenant_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    *columns, pending = row
+    values = [value if value is None else _convert(value, steps) for value, steps in
+              zip(columns, converters, strict=True)]  # fmt: skip
+    split = len(Thread._meta.concrete_fields)
+    thread = Thread.from_db(connection.alias, None, values[:split])
+    tenant = Tenant.from_db(connection.alias, None, values[split:])
+    Thread.tenant.field.set_cached_value(thread, tenant)
+    return thread, thread.fence, bool(pending)
+
+
+def _convert(value: Any, steps: Sequence[Callable[..., Any]]) -> Any:
+    for step in steps:
+        value = step(value, None, connection)
+    return value
+
+
+@functools.cache
+def _take_plan() -> tuple[str, list[list[Callable[..., Any]]]]:
+    """The statement of :func:`fence_take` and each returned column's converters (as the
+    ORM applies them), built once."""
+    fields = [*Thread._meta.concrete_fields, *Tenant._meta.concrete_fields]
+    tables = {Thread: "t", Tenant: "n"}
+    columns = ", ".join(f"{tables[field.model]}.{field.column}" for field in fields)
+    sql = (
+        "UPDATE threads_thread t SET fence = t.fence + 1 FROM tenancy_tenant n "  # noqa: S608
+        "WHERE t.id = %s AND t.tenant_id = %s AND n.id = t.tenant_id "
+        f"RETURNING {columns}, EXISTS (SELECT 1 FROM threads_queuedwork "
+        "WHERE thread_id = t.id AND consumed_at IS NULL)"
+    )
+    converters = []
+    for field in fields:
+        column = field.get_col(field.model._meta.db_table)
+        converters.append(
+            [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
+        )
+    return sql, converters
 
 
 def thread_refresh(*, thread: Thread) -> bool:

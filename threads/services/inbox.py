@@ -48,8 +48,8 @@ def work_json(work: QueuedWork) -> dict[str, Any]:
 def _drive_on_commit(thread: Thread) -> None:
     from threads.tasks import drive_thread
 
-    thread_id = str(thread.id)
-    transaction.on_commit(lambda: drive_thread.delay(thread_id))
+    thread_id, tenant_id = str(thread.id), str(thread.tenant_id)
+    transaction.on_commit(lambda: drive_thread.delay(thread_id, tenant_id))
 
 
 # One statement: lock the open thread's row (a terminated thread inserts nothing), lift a

@@ -171,7 +171,11 @@ def wakes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from threads.tasks import drive_thread
 
     woken: list[str] = []
-    monkeypatch.setattr(drive_thread, "delay", woken.append)
+
+    def enqueue(thread_id: str, tenant_id: str | None = None) -> None:
+        woken.append(thread_id)
+
+    monkeypatch.setattr(drive_thread, "delay", enqueue)
     return woken
 
 
