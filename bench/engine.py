@@ -253,7 +253,7 @@ def _send_all(threads: Sequence[Thread]) -> int:
 def _drive_in_process(thread: Thread) -> None:
     from threads.runtime.driver import thread_drive
 
-    if not thread_drive(thread_id=thread.pk).acquired:
+    if not thread_drive(thread_id=thread.pk, tenant_id=thread.tenant_id).acquired:
         raise BenchError(f"thread {thread.pk}: someone else holds its lock")
 
 

@@ -102,7 +102,7 @@ def _converse(thread: Thread, messages: int) -> None:
 
     for _ in range(messages):
         message_queue(thread=thread, role="user", content="hello")
-        thread_drive(thread_id=thread.pk)
+        thread_drive(thread_id=thread.pk, tenant_id=thread.tenant_id)
 
 
 def _fan_out(port: int, thread: Thread, secret: str, followers: int) -> Row:
