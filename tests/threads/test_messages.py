@@ -10,7 +10,7 @@ from django.db import connection
 from tenancy.models import Tenant
 from tests.factories import make_thread
 from threads.models import Message
-from threads.services.messages import message_inject
+from threads.services.messages import history_json, message_inject, message_json
 
 
 @pytest.mark.django_db(transaction=True)
@@ -42,3 +42,32 @@ def test_concurrent_writers_get_consecutive_unique_seqs(tenant: Tenant) -> None:
     assert seqs == list(range(1, 21))
     thread.refresh_from_db()
     assert thread.message_seq == 20
+
+
+@pytest.mark.django_db
+def test_the_history_read_gives_what_message_json_gives_for_top_level_finished_rows(
+    tenant: Tenant,
+) -> None:
+    thread = make_thread(tenant)
+    first = message_inject(thread=thread, role="user", content="héllo ✓", side="b",
+                           metadata={"k": [1, 2.5, None]},
+                           attachments=[{"path": "/a.png", "mime_type": "image/png"}])  # fmt: skip
+    issuer = message_inject(
+        thread=thread, role="assistant", content=None, side="a", name="bot",
+        tool_calls=[{"id": "c1", "type": "function",
+                     "function": {"name": "echo", "arguments": "{\"t\": \"é\"}"}}],
+    )  # fmt: skip
+    message_inject(thread=thread, role="tool", content="nested", parent=issuer)
+    message_inject(thread=thread, role="tool", content="ok", tool_call_id="c1",
+                   tool_status="success", side="a")  # fmt: skip
+    message_inject(thread=thread, role="assistant", content=None, status="pending", side="a")
+
+    expected = [
+        message_json(row)
+        for row in Message.objects.filter(thread=thread, depth=0)
+        .exclude(status="pending")
+        .order_by("seq")
+    ]
+    assert [row["seq"] for row in expected] == [1, 2, 4]
+    assert history_json(thread=thread) == expected
+    assert history_json(thread=thread, after_seq=first.seq) == expected[1:]

@@ -68,7 +68,13 @@ from threads.services.control import stop_finalize
 from threads.services.env import EnvResolver
 from threads.services.fence import flow_rest, thread_fenced_update
 from threads.services.inbox import work_take
-from threads.services.messages import message_delete, message_finish, message_inject, message_json
+from threads.services.messages import (
+    history_json,
+    message_delete,
+    message_finish,
+    message_inject,
+    message_json,
+)
 from threads.services.recovery import close_unanswered_calls
 from threads.state import ExecutionState, ThreadState
 
@@ -353,12 +359,8 @@ class Flow:
             self.flow_start_seq = self._last_seq()  # a flow that resumed or continued
         stored: list[dict[str, Any]] = []
         if history:
-            rows = Message.objects.filter(thread_id=self.thread.pk, depth=0).exclude(
-                status=MessageStatus.PENDING
-            )
-            if not prompt.include_chat:
-                rows = rows.filter(seq__gt=self.flow_start_seq)
-            stored = [message_json(row) for row in rows.order_by("seq")]
+            after = 0 if prompt.include_chat else self.flow_start_seq
+            stored = history_json(thread=self.thread, after_seq=after)
         stored += [message_json(row) for row in extra]
         stored = list(hooks.transform(HookName.FILTER_MESSAGES, stored))
         self.execution.message_history = stored

@@ -59,6 +59,46 @@ def message_json(message: Message) -> dict[str, Any]:
     }
 
 
+# A flow's history read (the top level, pending rows left out), in message_json's order of
+# keys; literal SQL because every step runs it.
+_HISTORY_SQL = (
+    "SELECT id, seq, role, content, name, tool_calls, tool_call_id, tool_status, created_at, "
+    "parent_id, depth, silent, status, side, metadata, attachments FROM threads_message "
+    "WHERE thread_id = %s AND depth = 0 AND status <> %s AND seq > %s ORDER BY seq"
+)
+
+
+def history_json(*, thread: Thread, after_seq: int = 0) -> list[dict[str, Any]]:
+    """The thread's top-level, non-pending messages after ``after_seq``, in order, as
+    :func:`message_json` shapes them (read in one statement, without model instances)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_HISTORY_SQL, [thread.pk, MessageStatus.PENDING, after_seq])
+        rows = cursor.fetchall()
+    return [
+        {
+            "id": str(id), "seq": seq, "role": role, "content": content, "name": name or None,
+            "tool_calls": _json_text(tool_calls), "tool_call_id": tool_call_id or None,
+            "tool_status": tool_status or None, "created_at": created_at,
+            "parent_id": str(parent_id) if parent_id else None, "depth": depth,
+            "silent": silent, "status": status, "side": side or None,
+            "metadata": _json_value(metadata), "attachments": _json_value(attachments),
+        }
+        for (id, seq, role, content, name, tool_calls, tool_call_id, tool_status, created_at,
+             parent_id, depth, silent, status, side, metadata, attachments) in rows
+    ]  # fmt: skip
+
+
+def _json_value(stored: Any) -> Any:
+    """A jsonb column's value (the driver hands Django's connections its text)."""
+    return json.loads(stored) if isinstance(stored, str) else stored
+
+
+def _json_text(stored: Any) -> str | None:
+    """``tool_calls`` as message_json gives it: the value re-serialised, not the column's text."""
+    value = _json_value(stored)
+    return json.dumps(value) if value is not None else None
+
+
 def message_list(
     *,
     thread: Thread,
