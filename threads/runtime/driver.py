@@ -20,7 +20,7 @@ from django.db import connection
 from agents.providers.base import AbortSignal
 from threads.models import Message, MessageRole, QueuedWork, Thread, ThreadStatus
 from threads.runtime.engine import Flow, Runtime, Side
-from threads.runtime.lock import Heartbeat, control_clear, lock_acquire, lock_is_held
+from threads.runtime.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.runtime.stops import StopReason
 from threads.services.control import stop_finalize
 from threads.services.fence import (
@@ -72,7 +72,6 @@ def thread_drive(
             return DriveResult(acquired=False)
         thread, fence, pending = taken
         result.fence = fence
-        control_clear(tenant_id=tenant_id, thread_id=thread_id)
         with Heartbeat(
             lock,
             tenant_id=tenant_id,

@@ -2,7 +2,8 @@
 
 Contracts:
 
-* :func:`lock_acquire` is ``SET <tenant>:thread:<id>:lock <token> NX PX <ttl>`` and never waits.
+* :func:`lock_acquire` is ``SET <tenant>:thread:<id>:lock <token> NX PX <ttl>`` and never waits;
+  taking the lock also drops control signals left for a previous holder.
   ``None`` means another worker holds the lock and will drain the inbox; the caller returns.
 * A lock expires ``ttl_ms`` after its last acquire or renewal, so a crashed holder blocks its
   thread for at most :data:`LOCK_TTL_MS`. A live holder keeps the lock by running a
@@ -59,6 +60,15 @@ _WAKE_TTL_MS: Final = 10_000
 _RENEW_LUA: Final = """
 if redis.call("GET", KEYS[1]) == ARGV[1] then
     return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# Take the lock if free and drop the control signals nobody popped (a previous holder's).
+_ACQUIRE_LUA: Final = """
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+    redis.call("DEL", KEYS[2])
+    return 1
 end
 return 0
 """
@@ -147,16 +157,18 @@ class ThreadLock:
 
 def lock_acquire(*, tenant_id: Id, thread_id: Id, ttl_ms: int | None = None) -> ThreadLock | None:
     """Take the thread's lock if nobody holds it; never waits. ``ttl_ms`` defaults to the
-    setting ``THREAD_LOCK_TTL_MS``.
+    setting ``THREAD_LOCK_TTL_MS``. Taking it drops the control signals that no heartbeat
+    popped (they were for a previous holder), in the same round trip.
 
     Returns ``None`` while another worker holds it. The caller runs a :class:`Heartbeat` for as
     long as it works and releases the lock in a ``finally``.
     """
     ttl_ms = settings.THREAD_LOCK_TTL_MS if ttl_ms is None else ttl_ms
     key = lock_key(tenant_id=tenant_id, thread_id=thread_id)
+    control = control_key(tenant_id=tenant_id, thread_id=thread_id)
     token = secrets.token_hex(16)
     sent_at = time.monotonic()
-    if not redis_client().set(key, token, nx=True, px=ttl_ms):
+    if not redis_client().eval(_ACQUIRE_LUA, 2, key, control, token, str(ttl_ms)):
         return None
     return ThreadLock(key=key, token=token, ttl_ms=ttl_ms, renewed_at=sent_at)
 
@@ -170,8 +182,9 @@ def control_send(*, tenant_id: Id, thread_id: Id, signal: str) -> None:
     """Queue ``signal`` for the thread's current lock holder.
 
     The holder's :class:`Heartbeat` hands it to ``on_signal`` within a Redis round trip. With no
-    holder it waits for the next one for up to :data:`CONTROL_TTL_MS`, unless
-    :func:`control_clear` drops it first. Raises :class:`ValueError` for a signal outside
+    holder, the next :func:`lock_acquire` (or :func:`control_clear`) drops it, and it expires
+    after :data:`CONTROL_TTL_MS` anyway: what must outlive a holder is written to the thread
+    row. Raises :class:`ValueError` for a signal outside
     :data:`CONTROL_SIGNALS`.
     """
     if signal not in CONTROL_SIGNALS:

@@ -105,6 +105,32 @@ def test_second_acquire_fails_while_the_lock_is_held(ids: ThreadIds) -> None:
     assert redis_client().get(held.key) == held.token.encode()
 
 
+def test_acquiring_drops_signals_left_for_a_previous_holder(ids: ThreadIds) -> None:
+    control_send(**ids, signal="stop")
+
+    held = acquired(ids)
+
+    assert redis_client().exists(control_key(**ids)) == 0
+    received: list[str] = []
+    with Heartbeat(held, **ids, on_signal=received.append):
+        time.sleep(0.2)
+    assert received == []
+
+
+def test_a_refused_acquire_leaves_the_holders_signals_alone(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    control_send(**ids, signal="stop")
+
+    assert lock_acquire(**ids) is None
+
+    received: list[str] = []
+    with Heartbeat(held, **ids, on_signal=received.append):
+        deadline = time.monotonic() + 2
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert received == ["stop"]
+
+
 def test_release_frees_the_lock_for_the_next_acquire(ids: ThreadIds) -> None:
     held = acquired(ids)
 
