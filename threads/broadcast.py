@@ -72,7 +72,15 @@ class _Sender:
             items = [await self.queue.get()]
             while not self.queue.empty():  # whatever queued meanwhile goes out together
                 items.append(self.queue.get_nowait())
-            for group, messages in _by_group(items).items():
+            grouped = _by_group(items)
+            try:
+                observed = await _observed(layer, list(grouped))
+            except Exception:
+                logger.exception("event broadcast: reading group members failed")
+                observed = set(grouped)
+            for group, messages in grouped.items():
+                if group not in observed:
+                    continue
                 message = messages[0] if len(messages) == 1 else _batch(messages)
                 try:
                     await layer.group_send(group, message)
@@ -81,6 +89,30 @@ class _Sender:
             with self.idle:
                 self.pending -= len(items)
                 self.idle.notify_all()
+
+
+async def _observed(layer: Any, groups: Sequence[str]) -> set[str]:
+    """The groups that have members, asked in one round trip per Redis host. Most threads
+    have no live viewer, and a send to an empty group costs ``group_send`` two round trips.
+    Skipping it loses nothing: a socket joins its group before replaying the log, so an
+    event committed before it joined comes from the log.
+
+    Reads channels-redis's group keys (a sorted set per group) for layers that have them;
+    any other layer is sent every group."""
+    group_key = getattr(layer, "_group_key", None)
+    if group_key is None:
+        return set(groups)
+    by_host: dict[int, list[str]] = {}
+    for group in groups:
+        by_host.setdefault(layer.consistent_hash(group), []).append(group)
+    observed: set[str] = set()
+    for index, members in by_host.items():
+        async with layer.connection(index).pipeline(transaction=False) as pipe:
+            for group in members:
+                pipe.exists(group_key(group))
+            found = await pipe.execute()
+        observed.update(group for group, count in zip(members, found, strict=True) if count)
+    return observed
 
 
 def _by_group(

@@ -154,6 +154,32 @@ def test_a_committed_write_is_broadcast_after_commit_and_a_rolled_back_one_never
     assert _log(thread) == [(1, "kv.changed")]
 
 
+def test_only_groups_with_members_are_sent_to(
+    tenant: Tenant,
+    listener: Callable[[Thread], list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    watched, unwatched = make_thread(tenant), make_thread(tenant)
+    listener(watched)
+    layer = get_channel_layer()
+    sent_to: list[str] = []
+    original = layer.group_send
+
+    async def counting(group: str, message: dict[str, Any]) -> None:
+        sent_to.append(group)
+        await original(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting)
+
+    ThreadState(unwatched).emit("unseen", 1)
+    ThreadState(watched).emit("seen", 2)
+
+    arrived = listener(watched)
+    assert [m["event_type"] for m in arrived] == ["custom"]
+    assert sent_to == [thread_group(tenant_id=tenant.pk, thread_id=watched.pk)]
+    assert _log(unwatched) == [(1, "custom")]
+
+
 def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:  # noqa: F811
     engine.define(
         prompts=[prompt("helper", tools=["echo"])],
