@@ -494,7 +494,8 @@ class _Row:
 
 def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None:
     """Record and broadcast one event of ``thread``; returns its sequence (None: ephemeral,
-    or a progress marker that is written with the thread's next event, see ``DEFERRED``).
+    a progress marker that is written with the thread's next event, see ``DEFERRED``, or
+    an event held by a :func:`batch` block until it ends).
 
     Persisted events are inserted in the caller's transaction (or in their own statement in
     autocommit) and broadcast after commit; a rollback discards both. Raises
