@@ -4,8 +4,9 @@
    the next fence; a heartbeat renews the lock and relays stop/terminate signals.
 2. If the previous holder died mid-flow, close its open calls and resume its side.
 3. Run flows while the inbox has work and the thread is neither stopped nor terminated.
-4. Release the lock, then look at the inbox again and re-enqueue when work arrived in
-   between (no lost wake-ups).
+4. Release the lock and re-enqueue when a wake-up came while it was held: a wake-up that
+   finds the lock taken leaves the holder a note, in the same Redis script (no lost
+   wake-ups, and no database read when none came).
 The beat sweeper re-enqueues threads with work (or a dead flow) and no live lock holder.
 """
 
@@ -60,12 +61,11 @@ def thread_drive(
         tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
         if tenant_id is None:
             return DriveResult(acquired=False)
-    lock = lock_acquire(tenant_id=tenant_id, thread_id=thread_id)
-    if lock is None:
+    lock = lock_acquire(tenant_id=tenant_id, thread_id=thread_id, note_if_held=True)
+    if lock is None:  # the holder finds our note when it releases, and wakes the thread
         return DriveResult(acquired=False)
     result = DriveResult(acquired=True)
     abort = AbortSignal()
-    thread: Thread | None = None
     try:
         taken = fence_take(thread_id=thread_id, tenant_id=tenant_id)
         if taken is None:  # deleted (or not this tenant's): nothing to run
@@ -86,8 +86,8 @@ def thread_drive(
         logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
     finally:
         lock.release()
-    if thread is not None and (not result.reasons or result.reasons[-1] != StopReason.STEP_ERROR):
-        _wake_if_needed(thread)
+    if lock.woken:
+        _wake(thread_id, tenant_id)
     return result
 
 
@@ -171,19 +171,16 @@ def _recover(thread: Thread, fence: int) -> Side | None:
     return "b" if last.side == "b" else "a"
 
 
-def _wake_if_needed(thread: Thread) -> None:
-    pending = thread_refresh(thread=thread)
-    if thread.terminated_at is None and not thread.stop_requested and pending:
-        from threads.tasks import drive_thread
+def _wake(thread_id: uuid.UUID | str, tenant_id: uuid.UUID | str) -> None:
+    from threads.tasks import drive_thread
 
-        drive_thread.delay(str(thread.pk), str(thread.tenant_id))
+    drive_thread.delay(str(thread_id), str(tenant_id))
 
 
 def threads_sweep() -> int:
     """Re-enqueue threads that have inbox work or a flow marked running, and no live lock
     holder (a crashed worker, a lost broker message). Returns how many were woken. A
     failed or stopped thread is left alone: it waits for a new message."""
-    from threads.tasks import drive_thread
 
     waiting = QueuedWork.objects.filter(
         consumed_at__isnull=True,
@@ -198,6 +195,6 @@ def threads_sweep() -> int:
     woken = 0
     for thread_id, tenant_id in candidates.items():
         if not lock_is_held(tenant_id=tenant_id, thread_id=thread_id):
-            drive_thread.delay(str(thread_id), str(tenant_id))
+            _wake(thread_id, tenant_id)
             woken += 1
     return woken

@@ -8,6 +8,7 @@ from agents.providers.base import AbortSignal
 from agents.registry import HookName, hook
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Log, Message, QueuedWork, Thread
+from threads.runtime.driver import thread_drive
 from threads.runtime.engine import Flow
 from threads.runtime.stops import StopReason
 from threads.services.fence import fence_acquire
@@ -105,3 +106,43 @@ def test_a_flow_ending_with_work_in_the_inbox_leaves_the_thread_queued_not_waiti
         ("user", "hello"), ("assistant", "first"),
         ("user", "arrived while answering"), ("assistant", "second"),
     ]  # fmt: skip
+
+
+def test_a_wake_up_that_finds_the_lock_taken_is_run_after_the_holder_releases(
+    engine: Engine, wakes: list[str]
+) -> None:
+    refused: list[bool] = []
+
+    @hook(HookName.AFTER_CREATE_MESSAGE, id="concurrent_delivery")
+    def concurrent_delivery(state: ThreadState, message: dict[str, Any], context: Any) -> None:
+        if message["role"] == "assistant" and not refused:  # another worker's delivery
+            thread = state.thread
+            result = thread_drive(thread_id=thread.pk, tenant_id=thread.tenant_id)
+            refused.append(not result.acquired)
+
+    engine.define(
+        prompts=[prompt("helper", hooks=["concurrent_delivery"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.text("first")
+    engine.send(thread, "hello")
+
+    engine.drive(thread)
+
+    assert refused == [True]
+    assert wakes == [str(thread.pk)]
+
+
+def test_a_drive_nobody_else_asked_for_wakes_nothing(engine: Engine, wakes: list[str]) -> None:
+    engine.define(
+        prompts=[prompt("helper")], agents=[{"name": "helper", "side_a": {"prompt": "helper"}}]
+    )
+    thread = engine.thread("helper")
+    engine.script.text("first")
+    engine.send(thread, "hello")
+
+    engine.drive(thread)
+
+    assert wakes == []
+    assert engine.history(thread) == [("user", "hello"), ("assistant", "first")]

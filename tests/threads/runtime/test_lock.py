@@ -26,6 +26,7 @@ from threads.runtime.lock import (
     lock_is_held,
     lock_key,
     redis_client,
+    wake_key,
 )
 
 SHORT_TTL_MS = 300
@@ -41,7 +42,7 @@ def ids() -> Iterator[ThreadIds]:
     """Fresh tenant and thread ids, so no two tests share a key; their keys are deleted after."""
     ids = ThreadIds(tenant_id=uuid.uuid4(), thread_id=uuid.uuid4())
     yield ids
-    redis_client().delete(lock_key(**ids), control_key(**ids))
+    redis_client().delete(lock_key(**ids), control_key(**ids), wake_key(**ids))
 
 
 def acquired(ids: ThreadIds, ttl_ms: int = LOCK_TTL_MS) -> ThreadLock:
@@ -129,6 +130,51 @@ def test_a_refused_acquire_leaves_the_holders_signals_alone(ids: ThreadIds) -> N
         while not received and time.monotonic() < deadline:
             time.sleep(0.01)
     assert received == ["stop"]
+
+
+def test_a_refused_acquire_can_leave_the_holder_a_wake_note(ids: ThreadIds) -> None:
+    held = acquired(ids)
+
+    assert lock_acquire(**ids) is None
+    assert redis_client().exists(wake_key(**ids)) == 0
+    assert lock_acquire(**ids, note_if_held=True) is None
+
+    assert 0 < pttl(wake_key(**ids)) <= LOCK_TTL_MS
+    assert held.release() is True
+    assert held.woken is True
+    assert redis_client().exists(wake_key(**ids)) == 0
+
+
+def test_a_release_without_a_note_is_not_woken(ids: ThreadIds) -> None:
+    held = acquired(ids)
+
+    assert held.release() is True
+    assert held.woken is False
+
+
+def test_the_wake_note_lives_as_long_as_the_lock(ids: ThreadIds) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    assert lock_acquire(**ids, ttl_ms=SHORT_TTL_MS, note_if_held=True) is None
+
+    for _ in range(3):
+        time.sleep(SHORT_TTL_MS / 2000)
+        assert held.renew() is True
+    time.sleep(SHORT_TTL_MS / 2000)
+
+    assert redis_client().exists(wake_key(**ids)) == 1
+    assert held.release() is True
+    assert held.woken is True
+
+
+def test_only_the_holders_release_takes_the_wake_note(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    assert lock_acquire(**ids, note_if_held=True) is None
+    impostor = ThreadLock(key=held.key, token="0" * 32, ttl_ms=LOCK_TTL_MS, renewed_at=0.0,
+                          wake_key=held.wake_key)  # fmt: skip
+
+    assert impostor.release() is False
+    assert impostor.woken is False
+    assert redis_client().exists(wake_key(**ids)) == 1
 
 
 def test_release_frees_the_lock_for_the_next_acquire(ids: ThreadIds) -> None:
