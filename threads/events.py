@@ -22,6 +22,7 @@ replaced by its id and a ``refs`` entry pointing at the message.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -650,34 +651,21 @@ def _sized(
     return body, None
 
 
-_ROW_SQL = "(%s::int, %s::uuid, %s, %s::jsonb, %s::jsonb, %s, %s, %s, %s::bigint)"
-
-
-def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
-    """Take ``len(rows)`` sequences from the thread's counter and insert the rows with them,
-    in order, in one statement; returns the last sequence, or None when the thread no longer
-    exists (a plain read, not a foreign key: see ``Event.thread``).
-
-    The counter row stays locked until the caller's transaction ends, which orders
-    concurrent writers of one thread and makes a rollback give its numbers back."""
-    from threads.models import Event, EventCounter
+@functools.cache
+def _insert_sql(*, standalone: bool) -> str:
+    """The events insert (see :func:`_insert`); ``standalone`` commits asynchronously."""
+    from threads.models import Event, EventCounter, Thread
 
     counter, event = EventCounter._meta.db_table, Event._meta.db_table
-    thread_table = type(thread)._meta.db_table
-    # Alone and recording no write, the statement commits asynchronously. WAL order keeps
-    # the log gap-free: a server crash can only lose the newest such events, never one
-    # before a kept one (a later synchronous commit flushes every earlier one).
-    standalone = not connection.in_atomic_block and all(r.kind in ASYNC_COMMIT for r in rows)
     config = (
         "settings AS (SELECT set_config('synchronous_commit', 'off', true) AS value),"
         if standalone
         else ""
     )
-    values = ", ".join([_ROW_SQL] * len(rows))
-    sql = f"""
+    return f"""
         WITH {config} next AS (
             INSERT INTO {counter} AS c (thread_id, tenant_id, last_sequence)
-            SELECT %s, %s, %s WHERE EXISTS (SELECT 1 FROM {thread_table} WHERE id = %s)
+            SELECT %s, %s, %s WHERE EXISTS (SELECT 1 FROM {Thread._meta.db_table} WHERE id = %s)
             ON CONFLICT (thread_id) DO UPDATE SET last_sequence = c.last_sequence + %s
             RETURNING last_sequence
         )
@@ -687,19 +675,39 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
         SELECT row.id, %s, %s, next.last_sequence - %s + row.n, row.type, row.payload,
                row.refs, row.flow_id, row.step_id, row.tool_call_id, row.created_at
         FROM next{", settings" if standalone else ""},
-             (VALUES {values}) AS row
-                 (n, id, type, payload, refs, flow_id, step_id, tool_call_id, created_at)
+             jsonb_to_recordset(%s::jsonb) AS row
+                 (n int, id uuid, type text, payload jsonb, refs jsonb, flow_id text,
+                  step_id text, tool_call_id text, created_at bigint)
         ORDER BY row.n
         RETURNING sequence
     """  # noqa: S608 - table names come from our models, values are parameters
-    params: list[Any] = [thread.pk, thread.tenant_id, len(rows), thread.pk, len(rows)]
-    params += [thread.tenant_id, thread.pk, len(rows)]
-    for n, row in enumerate(rows, start=1):
-        params += [
-            n, row.event_id, str(row.kind), json.dumps(row.payload, cls=DjangoJSONEncoder),
-            None if row.refs is None else json.dumps(row.refs), row.flow_id,
-            row.step_id[:80], row.tool_call_id[:200], row.timestamp,
-        ]  # fmt: skip
+
+
+def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
+    """Take ``len(rows)`` sequences from the thread's counter and insert the rows with them,
+    in order, in one statement (the rows travel as one JSON parameter); returns the last
+    sequence, or None when the thread no longer exists (a plain read, not a foreign key:
+    see ``Event.thread``).
+
+    The counter row stays locked until the caller's transaction ends, which orders
+    concurrent writers of one thread and makes a rollback give its numbers back."""
+    # Alone and recording no write, the statement commits asynchronously. WAL order keeps
+    # the log gap-free: a server crash can only lose the newest such events, never one
+    # before a kept one (a later synchronous commit flushes every earlier one).
+    standalone = not connection.in_atomic_block and all(r.kind in ASYNC_COMMIT for r in rows)
+    count = len(rows)
+    encoded = json.dumps(
+        [
+            {"n": n, "id": str(row.event_id), "type": str(row.kind), "payload": row.payload,
+             "refs": row.refs, "flow_id": row.flow_id, "step_id": row.step_id[:80],
+             "tool_call_id": row.tool_call_id[:200], "created_at": row.timestamp}
+            for n, row in enumerate(rows, start=1)
+        ],
+        cls=DjangoJSONEncoder,
+    )  # fmt: skip
+    params = [thread.pk, thread.tenant_id, count, thread.pk, count]
+    params += [thread.tenant_id, thread.pk, count, encoded]
+    sql = _insert_sql(standalone=standalone)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         returned = [int(found[0]) for found in cursor.fetchall()]
