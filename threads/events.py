@@ -705,7 +705,7 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
         ],
         cls=DjangoJSONEncoder,
     )  # fmt: skip
-    params = [thread.pk, thread.tenant_id, count, thread.pk, count]
+    params: list[Any] = [thread.pk, thread.tenant_id, count, thread.pk, count]
     params += [thread.tenant_id, thread.pk, count, encoded]
     sql = _insert_sql(standalone=standalone)
     with connection.cursor() as cursor:

@@ -178,7 +178,7 @@ class ThreadLock:
         been taken by another worker, whose lock is left alone). Raises
         :class:`redis.RedisError` when Redis cannot answer; the lock then expires on its own.
         """
-        released = int(redis_client().eval(_RELEASE_LUA, *self._keys(), self.token))
+        released = cast(int, redis_client().eval(_RELEASE_LUA, *self._keys(), self.token))
         self.woken = released == 2
         return released > 0
 

@@ -95,9 +95,10 @@ def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, bool] | 
     *columns, pending = row
     values = [value if value is None else _convert(value, steps) for value, steps in
               zip(columns, converters, strict=True)]  # fmt: skip
-    split = len(Thread._meta.concrete_fields)
-    thread = Thread.from_db(connection.alias, None, values[:split])
-    tenant = Tenant.from_db(connection.alias, None, values[split:])
+    thread_fields, tenant_fields = _take_fields()
+    split = len(thread_fields)
+    thread = Thread.from_db(connection.alias, thread_fields, values[:split])
+    tenant = Tenant.from_db(connection.alias, tenant_fields, values[split:])
     Thread.tenant.field.set_cached_value(thread, tenant)
     return thread, thread.fence, bool(pending)
 
@@ -106,6 +107,15 @@ def _convert(value: Any, steps: Sequence[Callable[..., Any]]) -> Any:
     for step in steps:
         value = step(value, None, connection)
     return value
+
+
+@functools.cache
+def _take_fields() -> tuple[list[str], list[str]]:
+    """The attribute names of the thread's and the tenant's columns, in the statement's order."""
+    return (
+        [field.attname for field in Thread._meta.concrete_fields],
+        [field.attname for field in Tenant._meta.concrete_fields],
+    )
 
 
 @functools.cache
