@@ -20,6 +20,11 @@ first token is its whole answer. The log's ``latency_ms`` also spans storing the
 overhead computed with it is noted as ``overhead_minus_latency_ms_p50``. Each row notes the
 median of every phase: ``pickup`` (accepted -> flow started), ``before_model`` (inbox drained,
 context built, pending row stored) and ``after_model`` (answer stored).
+
+The machine's own speed drifts on shared hosts: every row notes the CPU calibration
+(:func:`bench.harness.cpu_calibration_ms`) at the start and end of the run, and the engine
+process's CPU per step. Compare runs at similar calibrations, or compare ratios within one
+run.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.harness import Row, bench_tenant, benchmark, summarize
+from bench.harness import Row, bench_tenant, benchmark, cpu_calibration_ms, summarize
 
 if TYPE_CHECKING:
     from tenancy.models import Tenant
@@ -583,6 +588,7 @@ def _run(tenant: Tenant, log_dir: Path) -> list[Row]:
         return [thread_create(tenant=tenant, agent_name=agent) for _ in range(count)]
 
     load = os.getloadavg()[0]
+    calibration = cpu_calibration_ms()
     rows: list[Row] = []
     local = threads("instant", SEQUENTIAL_THREADS + 2)
     _warm_up(local[0], InProcess())
@@ -629,7 +635,9 @@ def _run(tenant: Tenant, log_dir: Path) -> list[Row]:
                      workers=fanout.describe(), wakeups_sent_ms=sent_ms, **usage)  # fmt: skip
     rows.append(_verdict(row, f"{ratio:.2f}x ideal", met=ratio <= 1.3))
 
-    shared = {"worker_log_errors": _worker_problems(log_dir), "load_avg_1m_at_start": load}
+    shared = {"worker_log_errors": _worker_problems(log_dir), "load_avg_1m_at_start": load,
+              "cpu_calibration_ms_at_start": calibration,
+              "cpu_calibration_ms_at_end": cpu_calibration_ms()}  # fmt: skip
     return [replace(row, notes={**row.notes, **shared}) for row in rows]
 
 

@@ -44,6 +44,21 @@ def bench_tenant(prefix: str) -> Iterator[Tenant]:
         Tenant.objects.filter(id=tenant.id).delete()
 
 
+def cpu_calibration_ms() -> float:
+    """How long this machine takes, now, for a fixed pure-Python workload (best of three).
+
+    Shared and virtual machines change speed over minutes; comparing a run's figures with
+    its calibration tells a slower machine from a slower engine."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for number in range(1_000_000):
+            total += number * number % 7
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
+
+
 @dataclass(frozen=True)
 class Row:
     benchmark: str
