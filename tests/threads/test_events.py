@@ -16,6 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -28,8 +29,10 @@ from threads.events import (
     PAYLOADS,
     EventType,
     UnknownEvent,
+    batch,
     publish,
     thread_group,
+    unbatched,
 )
 from threads.models import Event, EventCounter, Thread
 from threads.services.logs import log_create
@@ -152,6 +155,82 @@ def test_a_committed_write_is_broadcast_after_commit_and_a_rolled_back_one_never
     arrived = listener(thread)
     assert [(m["sequence"], m["event_type"]) for m in arrived] == [(1, "kv.changed")]
     assert _log(thread) == [(1, "kv.changed")]
+
+
+def _event_statements(captured: CaptureQueriesContext) -> int:
+    return sum("INSERT INTO threads_event" in query["sql"] for query in captured.captured_queries)
+
+
+def test_a_batch_writes_its_events_in_one_statement_in_publish_order(thread: Thread) -> None:
+    state = ThreadState(thread)
+
+    with CaptureQueriesContext(connection) as captured, batch():
+        assert publish(thread, "custom", {"name": "first", "data": 1}) is None
+        message_inject(thread=thread, role="user", content="hello")
+        state.emit("third", 3)
+        assert _log(thread) == []  # held until the block ends
+
+    assert _event_statements(captured) == 1
+    assert _log(thread) == [(1, "custom"), (2, "message.created"), (3, "custom")]
+
+
+def test_an_event_from_a_savepoint_in_a_batch_is_written_at_once_ahead_of_the_held_ones(
+    thread: Thread,
+) -> None:
+    """The documented trade: a savepoint's event must be able to roll back with it."""
+    state = ThreadState(thread)
+
+    with batch():
+        state.emit("held", 1)
+        state.set_value("k", 1)  # its own savepoint
+
+    assert _log(thread) == [(1, "kv.changed"), (2, "custom")]
+
+
+def test_a_batch_that_raises_writes_neither_its_facts_nor_their_events(thread: Thread) -> None:
+    def write_then_fail() -> None:
+        with batch():
+            ThreadState(thread).set_value("lost", 1)
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError, match="roll back"):
+        write_then_fail()
+
+    assert _log(thread) == []
+    assert ThreadState(thread).get_value("lost") is None
+
+
+def test_a_savepoint_inside_a_batch_takes_its_own_events_when_it_rolls_back(
+    thread: Thread,
+) -> None:
+    state = ThreadState(thread)
+
+    with batch():
+        state.emit("kept", 1)
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            state.set_value("lost", 1)
+            raise RuntimeError("roll back the savepoint")
+        state.emit("also kept", 2)
+
+    assert _log(thread) == [(1, "custom"), (2, "custom")]
+    names = Event.objects.filter(thread=thread).order_by("sequence")
+    assert [event.payload["name"] for event in names] == ["kept", "also kept"]
+
+
+def test_unbatched_code_inside_a_batch_publishes_at_once_after_what_the_batch_held(
+    thread: Thread,
+) -> None:
+    state = ThreadState(thread)
+
+    with batch():
+        state.emit("held", 1)
+        with unbatched():
+            state.emit("user code", 2)
+            assert _log(thread) == [(1, "custom"), (2, "custom")]
+        state.emit("held again", 3)
+        assert _log(thread) == [(1, "custom"), (2, "custom")]
+
+    assert _log(thread) == [(1, "custom"), (2, "custom"), (3, "custom")]
 
 
 def test_only_groups_with_members_are_sent_to(
