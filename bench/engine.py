@@ -9,7 +9,8 @@ Three questions, with the targets of the engine issue:
   in-process (``thread_drive`` called directly: the engine alone) and through one Celery
   worker (adds the broker pickup).
 * **Throughput** (>= 100 steps/s): steps one worker (threads pool) completes per second of
-  wall time while many threads wait, zero-latency model.
+  wall time while many threads wait, zero-latency model; then, for comparison, two worker
+  processes.
 * **Fan-out** (<= 1.3x): 200 threads given one message each at once, 1 s scripted model;
   wall time until all are answered against the latency-bound ideal of 1 s.
 
@@ -621,6 +622,19 @@ def _run(tenant: Tenant, log_dir: Path) -> list[Row]:
                          ">= 100 steps/s", workers=one.describe(), wakeups_sent_ms=sent_ms,
                          **cpu.notes(len(steps)))  # fmt: skip
         rows.append(_verdict(row, f"{row.per_second:.0f} steps/s", met=row.per_second >= 100))
+
+    # For comparison (no target): a worker process runs Python under one lock, so steps per
+    # second grow with processes, one per core.
+    two = WorkerConfig(2, THROUGHPUT_CONCURRENCY, _db_pool_size(2))
+    waiting = threads("instant", THROUGHPUT_THREADS)
+    with celery_workers(two, log_dir=log_dir) as pids:
+        cpu = Cpu(pids)
+        steps, sent_ms = _batch(tenant, waiting)
+        rows.append(
+            _batch_row(f"steps/s, {THROUGHPUT_THREADS} threads waiting, 2 worker processes",
+                       steps, "(comparison)", workers=two.describe(), wakeups_sent_ms=sent_ms,
+                       **cpu.notes(len(steps)))
+        )  # fmt: skip
 
     fanout = WorkerConfig(FANOUT_PROCESSES, FANOUT_CONCURRENCY, _db_pool_size(FANOUT_PROCESSES))
     slow = threads("slow", FANOUT_THREADS)
