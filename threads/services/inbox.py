@@ -19,7 +19,7 @@ from common.ids import new_id
 from common.time import now_us
 from threads.events import publish
 from threads.models import QueuedWork, Thread, ThreadStatus, WorkKind
-from threads.services.messages import check_content, check_metadata
+from threads.services.messages import check_content, check_metadata, jsonb_value
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
 MAX_TOOL_ARGS_BYTES = 256 * 1024
@@ -184,7 +184,7 @@ def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
     items = [
         QueuedWork(
             id=id, tenant_id=thread.tenant_id, thread=thread, kind=kind,
-            payload=payload if isinstance(payload, dict) else json.loads(payload),
+            payload=jsonb_value(payload),
             created_at=created_at, consumed_at=consumed_at, consumed_fence=fence,
         )
         for id, kind, payload, created_at, consumed_at in rows

@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -37,7 +37,28 @@ class MessagePage:
     has_more: bool
 
 
-def message_json(message: Message) -> dict[str, Any]:
+class StoredMessage(NamedTuple):
+    """A message row as the history read returns it: the fields :func:`message_json` reads."""
+
+    id: uuid.UUID
+    seq: int
+    role: str
+    content: str | None
+    name: str
+    tool_calls: Any
+    tool_call_id: str
+    tool_status: str
+    created_at: int
+    parent_id: uuid.UUID | None
+    depth: int
+    silent: bool
+    status: str
+    side: str
+    metadata: Any
+    attachments: Any
+
+
+def message_json(message: Message | StoredMessage) -> dict[str, Any]:
     """A message in the spec's shape (Threads §2.1); ``tool_calls`` is a JSON string."""
     return {
         "id": str(message.id),
@@ -59,11 +80,10 @@ def message_json(message: Message) -> dict[str, Any]:
     }
 
 
-# A flow's history read (the top level, pending rows left out), in message_json's order of
-# keys; literal SQL because every step runs it.
+# A flow's history read (the top level, pending rows left out); literal SQL because every
+# step runs it.
 _HISTORY_SQL = (
-    "SELECT id, seq, role, content, name, tool_calls, tool_call_id, tool_status, created_at, "
-    "parent_id, depth, silent, status, side, metadata, attachments FROM threads_message "
+    f"SELECT {', '.join(StoredMessage._fields)} FROM threads_message "  # noqa: S608
     "WHERE thread_id = %s AND depth = 0 AND status <> %s AND seq > %s ORDER BY seq"
 )
 
@@ -74,29 +94,23 @@ def history_json(*, thread: Thread, after_seq: int = 0) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
         cursor.execute(_HISTORY_SQL, [thread.pk, MessageStatus.PENDING, after_seq])
         rows = cursor.fetchall()
+    stored = [StoredMessage(*row) for row in rows]
     return [
-        {
-            "id": str(id), "seq": seq, "role": role, "content": content, "name": name or None,
-            "tool_calls": _json_text(tool_calls), "tool_call_id": tool_call_id or None,
-            "tool_status": tool_status or None, "created_at": created_at,
-            "parent_id": str(parent_id) if parent_id else None, "depth": depth,
-            "silent": silent, "status": status, "side": side or None,
-            "metadata": _json_value(metadata), "attachments": _json_value(attachments),
-        }
-        for (id, seq, role, content, name, tool_calls, tool_call_id, tool_status, created_at,
-             parent_id, depth, silent, status, side, metadata, attachments) in rows
-    ]  # fmt: skip
+        message_json(
+            message._replace(
+                tool_calls=jsonb_value(message.tool_calls),
+                metadata=jsonb_value(message.metadata),
+                attachments=jsonb_value(message.attachments),
+            )
+        )
+        for message in stored
+    ]
 
 
-def _json_value(stored: Any) -> Any:
-    """A jsonb column's value (the driver hands Django's connections its text)."""
+def jsonb_value(stored: Any) -> Any:
+    """A jsonb column's value as a raw cursor returns it (Django's connections hand over
+    the text; the ORM decodes it, literal SQL must)."""
     return json.loads(stored) if isinstance(stored, str) else stored
-
-
-def _json_text(stored: Any) -> str | None:
-    """``tool_calls`` as message_json gives it: the value re-serialised, not the column's text."""
-    value = _json_value(stored)
-    return json.dumps(value) if value is not None else None
 
 
 def message_list(
