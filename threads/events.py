@@ -524,7 +524,7 @@ def publish(thread: Thread, type: str, payload: Mapping[str, Any]) -> int | None
         return None
     rows = [*waiting.pop(thread.pk, []), row]
     open_batch: _Batch | None = getattr(_local, "batch", None)
-    if open_batch is not None and open_batch.holds(connection):
+    if open_batch is not None and open_batch.holds():
         open_batch.add(thread, rows)
         return None
     return _write(thread, rows)
@@ -548,14 +548,14 @@ class _Batch:
     """The events a :func:`batch` block published at its own savepoint level, by thread."""
 
     def __init__(self) -> None:
-        self.savepoints = _savepoints(connection)
+        self.savepoints = _savepoints()
         self.rows: dict[Any, tuple[Thread, list[_Row]]] = {}
 
-    def holds(self, current: Any) -> bool:
+    def holds(self) -> bool:
         """Whether an event published now belongs here: inside the block's transaction and
         not in a savepoint opened since (a savepoint's events are written at once, so its
         rollback takes them along)."""
-        return current.in_atomic_block and _savepoints(current) == self.savepoints
+        return connection.in_atomic_block and _savepoints() == self.savepoints
 
     def add(self, thread: Thread, rows: Sequence[_Row]) -> None:
         self.rows.setdefault(thread.pk, (thread, []))[1].extend(rows)
@@ -566,10 +566,11 @@ class _Batch:
             _write(thread, rows)
 
 
-def _savepoints(current: Any) -> tuple[str, ...]:
-    """The savepoints open on ``current`` (``atomic(savepoint=False)`` blocks record None:
-    a failure in one rolls back the enclosing level, so they open no level of their own)."""
-    return tuple(sid for sid in current.savepoint_ids if sid is not None)
+def _savepoints() -> tuple[str, ...]:
+    """The savepoints open on the connection (``atomic(savepoint=False)`` blocks record
+    None: a failure in one rolls back the enclosing level, so they open no level of their
+    own)."""
+    return tuple(sid for sid in connection.savepoint_ids if sid is not None)
 
 
 @contextlib.contextmanager
@@ -584,7 +585,7 @@ def batch() -> Iterator[None]:
     first writes what the outer one holds.
     """
     outer: _Batch | None = getattr(_local, "batch", None)
-    if outer is not None and outer.holds(connection):
+    if outer is not None and outer.holds():
         outer.flush()
     with transaction.atomic():
         current = _local.batch = _Batch()
@@ -603,7 +604,7 @@ def unbatched() -> Iterator[None]:
     if outer is None:
         yield
         return
-    if outer.holds(connection):
+    if outer.holds():
         outer.flush()
     _local.batch = None
     try:
