@@ -14,6 +14,11 @@ def drive_thread(thread_id: str, tenant_id: str | None = None) -> None:
     thread_drive(thread_id=thread_id, tenant_id=tenant_id)
 
 
+def wake_thread(thread_id: object, tenant_id: object) -> None:
+    """Enqueue :func:`drive_thread` for a thread: the one place that builds its arguments."""
+    drive_thread.delay(str(thread_id), str(tenant_id))
+
+
 @shared_task(name="threads.sweep_threads", ignore_result=True)
 def sweep_threads() -> int:
     """Beat: wake threads whose work has no live worker."""

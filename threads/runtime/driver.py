@@ -172,9 +172,9 @@ def _recover(thread: Thread, fence: int) -> Side | None:
 
 
 def _wake(thread_id: uuid.UUID | str, tenant_id: uuid.UUID | str) -> None:
-    from threads.tasks import drive_thread
+    from threads.tasks import wake_thread  # the tasks module imports this one
 
-    drive_thread.delay(str(thread_id), str(tenant_id))
+    wake_thread(thread_id, tenant_id)
 
 
 def threads_sweep() -> int:

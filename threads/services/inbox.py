@@ -46,10 +46,10 @@ def work_json(work: QueuedWork) -> dict[str, Any]:
 
 
 def _drive_on_commit(thread: Thread) -> None:
-    from threads.tasks import drive_thread
+    from threads.tasks import wake_thread
 
-    thread_id, tenant_id = str(thread.id), str(thread.tenant_id)
-    transaction.on_commit(lambda: drive_thread.delay(thread_id, tenant_id))
+    thread_id, tenant_id = thread.id, thread.tenant_id
+    transaction.on_commit(lambda: wake_thread(thread_id, tenant_id))
 
 
 # One statement: lock the open thread's row (a terminated thread inserts nothing), lift a
