@@ -220,10 +220,9 @@ def control_send(*, tenant_id: Id, thread_id: Id, signal: str) -> None:
     """Queue ``signal`` for the thread's current lock holder.
 
     The holder's :class:`Heartbeat` hands it to ``on_signal`` within a Redis round trip. With no
-    holder, the next :func:`lock_acquire` (or :func:`control_clear`) drops it, and it expires
-    after :data:`CONTROL_TTL_MS` anyway: what must outlive a holder is written to the thread
-    row. Raises :class:`ValueError` for a signal outside
-    :data:`CONTROL_SIGNALS`.
+    holder, the next :func:`lock_acquire` drops it, and it expires after
+    :data:`CONTROL_TTL_MS` anyway: what must outlive a holder is written to the thread row.
+    Raises :class:`ValueError` for a signal outside :data:`CONTROL_SIGNALS`.
     """
     if signal not in CONTROL_SIGNALS:
         raise ValueError(f"unknown control signal {signal!r}; expected one of {CONTROL_SIGNALS}")
@@ -232,11 +231,6 @@ def control_send(*, tenant_id: Id, thread_id: Id, signal: str) -> None:
         pipe.rpush(key, signal)
         pipe.pexpire(key, CONTROL_TTL_MS)
         pipe.execute()
-
-
-def control_clear(*, tenant_id: Id, thread_id: Id) -> None:
-    """Drop the signals that no heartbeat has popped yet."""
-    redis_client().delete(control_key(tenant_id=tenant_id, thread_id=thread_id))
 
 
 class Heartbeat:

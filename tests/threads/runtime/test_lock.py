@@ -19,7 +19,6 @@ from threads.runtime.lock import (
     RENEW_EVERY_MS,
     Heartbeat,
     ThreadLock,
-    control_clear,
     control_key,
     control_send,
     lock_acquire,
@@ -108,6 +107,7 @@ def test_second_acquire_fails_while_the_lock_is_held(ids: ThreadIds) -> None:
 
 def test_acquiring_drops_signals_left_for_a_previous_holder(ids: ThreadIds) -> None:
     control_send(**ids, signal="stop")
+    control_send(**ids, signal="terminate")
 
     held = acquired(ids)
 
@@ -386,16 +386,3 @@ def test_control_send_rejects_an_unknown_signal(ids: ThreadIds) -> None:
         control_send(**ids, signal="pause")
 
     assert redis_client().exists(control_key(**ids)) == 0
-
-
-def test_control_clear_removes_pending_signals(ids: ThreadIds) -> None:
-    control_send(**ids, signal="stop")
-    control_send(**ids, signal="terminate")
-
-    control_clear(**ids)
-
-    assert redis_client().exists(control_key(**ids)) == 0
-    received: list[str] = []
-    with Heartbeat(acquired(ids), **ids, on_signal=received.append):
-        time.sleep(0.2)
-    assert received == []
