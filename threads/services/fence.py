@@ -23,12 +23,14 @@ from threads.models import Thread, ThreadStatus
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
 # skip the ORM.
 
+# Whether the thread's inbox has work (in a statement on threads_thread).
+_HAS_WORK = (
+    "EXISTS (SELECT 1 FROM threads_queuedwork WHERE thread_id = threads_thread.id "
+    "AND consumed_at IS NULL)"
+)
 # What a lock holder decides on: the thread's state and whether its inbox has work. Every
 # statement that reads it returns these columns, in this order (see _apply_state).
-_STATE = (
-    "status, acting_side, terminated_at, stop_requested, agent_name, EXISTS (SELECT 1 FROM "
-    "threads_queuedwork WHERE thread_id = threads_thread.id AND consumed_at IS NULL)"
-)
+_STATE = f"status, acting_side, terminated_at, stop_requested, agent_name, {_HAS_WORK}"
 # The statements are built from the constants above only; every value is a parameter.
 _ACQUIRE = (
     "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s "  # noqa: S608
@@ -37,8 +39,7 @@ _ACQUIRE = (
 _REFRESH = f"SELECT {_STATE} FROM threads_thread WHERE id = %s"  # noqa: S608
 # A flow's end: its resting status, or "queued" when work already waits (see flow_rest).
 _REST = (
-    "UPDATE threads_thread SET status = CASE WHEN %s AND EXISTS (SELECT 1 FROM "  # noqa: S608
-    "threads_queuedwork WHERE thread_id = threads_thread.id AND consumed_at IS NULL) "
+    f"UPDATE threads_thread SET status = CASE WHEN %s AND {_HAS_WORK} "  # noqa: S608
     "THEN %s ELSE %s END, acting_side = '', updated_at = %s WHERE id = %s AND fence = %s "
     f"RETURNING {_STATE}"
 )
@@ -123,13 +124,11 @@ def _take_plan() -> tuple[str, list[list[Callable[..., Any]]]]:
     """The statement of :func:`fence_take` and each returned column's converters (as the
     ORM applies them), built once."""
     fields = [*Thread._meta.concrete_fields, *Tenant._meta.concrete_fields]
-    tables = {Thread: "t", Tenant: "n"}
-    columns = ", ".join(f"{tables[field.model]}.{field.column}" for field in fields)
+    columns = ", ".join(f"{field.model._meta.db_table}.{field.column}" for field in fields)
     sql = (
-        "UPDATE threads_thread t SET fence = t.fence + 1 FROM tenancy_tenant n "  # noqa: S608
-        "WHERE t.id = %s AND t.tenant_id = %s AND n.id = t.tenant_id "
-        f"RETURNING {columns}, EXISTS (SELECT 1 FROM threads_queuedwork "
-        "WHERE thread_id = t.id AND consumed_at IS NULL)"
+        "UPDATE threads_thread SET fence = threads_thread.fence + 1 "  # noqa: S608
+        "FROM tenancy_tenant WHERE threads_thread.id = %s AND threads_thread.tenant_id = %s "
+        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns}, {_HAS_WORK}"
     )
     converters = []
     for field in fields:
