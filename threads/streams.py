@@ -11,7 +11,7 @@ clients receive persisted events in sequence order, each once.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,14 @@ class EventCursor:
             if len(batch) < REPLAY_BATCH:
                 return
 
+    def replay_now(self) -> Iterator[Delivery]:
+        """:meth:`replay` for synchronous callers (a WSGI stream)."""
+        while True:
+            batch = self._fetch(upto=None)
+            yield from batch
+            if len(batch) < REPLAY_BATCH:
+                return
+
     async def admit(self, message: Mapping[str, Any]) -> list[Delivery]:
         """What to send for one channel-layer message (``threads.broadcast`` shape)."""
         sequence = message.get("sequence")
@@ -70,7 +78,12 @@ class EventCursor:
         return delivered
 
     async def _read(self, *, upto: int | None) -> list[Delivery]:
-        envelopes = await database_sync_to_async(event_envelopes)(
+        batch: list[Delivery] = await database_sync_to_async(self._fetch)(upto=upto)
+        return batch
+
+    def _fetch(self, *, upto: int | None) -> list[Delivery]:
+        """The next stored events after the cursor (up to ``upto``), advancing it."""
+        envelopes = event_envelopes(
             thread=self.thread, after=self.last, upto=upto, limit=REPLAY_BATCH
         )
         deliveries = [

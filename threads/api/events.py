@@ -12,7 +12,6 @@ nothing newer is answered ``204`` (EventSource stops reconnecting).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -130,13 +129,8 @@ def _event_stream(request: Request, thread: Thread, after: int) -> HttpResponseB
 
 def _replay(thread: Thread, after: int) -> Iterator[bytes]:
     """WSGI: the stored events after ``after``, then the end of the stream."""
-    while True:
-        batch = event_envelopes(thread=thread, after=after, limit=500)
-        for item in batch:
-            yield _frame(Delivery(item["type"], item["sequence"], json.dumps(item)))
-            after = item["sequence"]
-        if len(batch) < 500:
-            return
+    for delivery in EventCursor(thread=thread, after=after).replay_now():
+        yield _frame(delivery)
 
 
 async def _follow(thread: Thread, after: int) -> AsyncIterator[bytes]:
