@@ -306,6 +306,7 @@ class Event(TenantOwned):
     payload = models.JSONField(default=dict, blank=True)
     refs = models.JSONField(null=True, blank=True)
     flow_id = models.CharField(max_length=64, blank=True)
+    turn_id = models.CharField(max_length=64, blank=True)
     step_id = models.CharField(max_length=80, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True)
     created_at = models.BigIntegerField(default=now_us, editable=False)

@@ -17,7 +17,7 @@ from agents import selectors as definitions
 from agents.documents import AgentDoc, PromptDoc
 from agents.providers.base import AbortSignal, ModelSpec
 from common.errors import NotAvailable, NotFound
-from threads.events import publish
+from threads.events import Outbox, publish
 from threads.models import Thread
 from threads.services import logs, messages
 
@@ -93,6 +93,11 @@ class ThreadState:
         return self._thread
 
     @property
+    def outbox(self) -> Outbox | None:
+        """The running turn's outbox (None at rest): what this state writes is its turn's."""
+        return self._flow.outbox if self._flow is not None else None
+
+    @property
     def prompt_name(self) -> str | None:
         """The prompt this state acts for (a tool's or hook's prompt), when known."""
         return self._prompt_name
@@ -166,7 +171,7 @@ class ThreadState:
                              if key in changed})  # fmt: skip
         created = messages.message_inject(
             thread=self._thread, role=role, content=proposed["content"],
-            silent=bool(proposed["silent"]), metadata=proposed["metadata"],
+            silent=bool(proposed["silent"]), metadata=proposed["metadata"], outbox=self.outbox,
         )  # fmt: skip
         hooks.notify(HookName.AFTER_CREATE_MESSAGE, messages.message_json(created))
         return messages.message_json(created)
@@ -194,7 +199,9 @@ class ThreadState:
         return messages.message_json(updated)
 
     def delete_message(self, message_id: str) -> bool:
-        return messages.message_delete(thread=self._thread, message_id=message_id)
+        return messages.message_delete(
+            thread=self._thread, message_id=message_id, outbox=self.outbox
+        )
 
     def queue_message(
         self,
@@ -304,7 +311,7 @@ class ThreadState:
     def set_value(self, key: str, value: Any) -> None:
         from threads.services.values import value_set
 
-        value_set(thread=self._thread, key=key, value=value)
+        value_set(thread=self._thread, key=key, value=value, outbox=self.outbox)
 
     # Files -----------------------------------------------------------------------
 
@@ -388,7 +395,7 @@ class ThreadState:
 
     def emit(self, event: str, data: Any = None) -> None:
         """A custom event (``state.emit``): broadcast to the thread's listeners."""
-        publish(self._thread, "custom", {"name": event, "data": data})
+        publish(self._thread, "custom", {"name": event, "data": data}, outbox=self.outbox)
 
     # Engine-backed (later) -----------------------------------------------------------
 

@@ -28,11 +28,10 @@ from threads.events import (
     EPHEMERAL,
     PAYLOADS,
     EventType,
+    Outbox,
     UnknownEvent,
-    batch,
     publish,
     thread_group,
-    unbatched,
 )
 from threads.models import Event, EventCounter, Thread
 from threads.services.logs import log_create
@@ -72,16 +71,28 @@ def test_events_of_a_thread_are_numbered_from_one_without_gaps(thread: Thread) -
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_progress_marker_is_written_with_the_threads_next_event(tenant: Tenant) -> None:
+def test_a_progress_marker_waits_in_its_outbox_for_the_threads_next_event(
+    tenant: Tenant,
+) -> None:
     thread = make_thread(tenant)
-    marker = {"step": 1, "side": "a", "flow_id": "f1"}
+    outbox = Outbox(thread, turn_id="t1", flow_id="f1")
 
-    assert publish(thread, "step.started", marker) is None
+    with outbox.step(1):
+        assert outbox.publish("step.started", {"step": 1, "side": "a"}) is None
     assert _log(thread) == []
-    ThreadState(thread).emit("next", None)
+    outbox.publish("custom", {"name": "next", "data": None})
 
     assert _log(thread) == [(1, "step.started"), (2, "custom")]
-    assert Event.objects.get(thread=thread, sequence=1).step_id == "f1:1"
+    assert Event.objects.get(thread=thread, sequence=1).step_id == "t1:1"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_progress_marker_published_without_an_outbox_is_written_at_once(
+    tenant: Tenant,
+) -> None:
+    thread = make_thread(tenant)
+
+    assert publish(thread, "step.started", {"step": 1, "side": "a", "flow_id": "f1"}) == 1
 
 
 def test_model_deltas_are_not_stored(thread: Thread) -> None:
@@ -162,35 +173,51 @@ def _event_statements(captured: CaptureQueriesContext) -> int:
 
 
 def test_a_batch_writes_its_events_in_one_statement_in_publish_order(thread: Thread) -> None:
-    state = ThreadState(thread)
+    outbox = Outbox(thread)
 
-    with CaptureQueriesContext(connection) as captured, batch():
-        assert publish(thread, "custom", {"name": "first", "data": 1}) is None
-        message_inject(thread=thread, role="user", content="hello")
-        state.emit("third", 3)
+    with CaptureQueriesContext(connection) as captured, outbox.batch():
+        assert publish(thread, "custom", {"name": "first", "data": 1}, outbox=outbox) is None
+        message_inject(thread=thread, role="user", content="hello", outbox=outbox)
+        outbox.publish("custom", {"name": "third", "data": 3})
         assert _log(thread) == []  # held until the block ends
 
     assert _event_statements(captured) == 1
     assert _log(thread) == [(1, "custom"), (2, "message.created"), (3, "custom")]
 
 
+def test_an_outbox_names_its_turn_flow_and_step_on_every_event(thread: Thread) -> None:
+    outbox = Outbox(thread, turn_id="t-1", flow_id="f-1")
+
+    outbox.publish("custom", {"name": "outside", "data": 1})
+    with outbox.step(3):
+        message_inject(thread=thread, role="user", content="hello", outbox=outbox)
+    publish(thread, "custom", {"name": "no outbox", "data": 2})
+
+    rows = Event.objects.filter(thread=thread).order_by("sequence")
+    assert [(e.turn_id, e.flow_id, e.step_id) for e in rows] == [
+        ("t-1", "f-1", ""), ("t-1", "f-1", "t-1:3"), ("", "", ""),
+    ]  # fmt: skip
+
+
 def test_an_event_from_a_savepoint_in_a_batch_is_written_at_once_ahead_of_the_held_ones(
     thread: Thread,
 ) -> None:
     """The documented trade: a savepoint's event must be able to roll back with it."""
-    state = ThreadState(thread)
+    outbox = Outbox(thread)
 
-    with batch():
-        state.emit("held", 1)
-        state.set_value("k", 1)  # its own savepoint
+    with outbox.batch():
+        outbox.publish("custom", {"name": "held", "data": 1})
+        value_set(thread=thread, key="k", value=1, outbox=outbox)  # its own savepoint
 
     assert _log(thread) == [(1, "kv.changed"), (2, "custom")]
 
 
 def test_a_batch_that_raises_writes_neither_its_facts_nor_their_events(thread: Thread) -> None:
+    outbox = Outbox(thread)
+
     def write_then_fail() -> None:
-        with batch():
-            ThreadState(thread).set_value("lost", 1)
+        with outbox.batch():
+            value_set(thread=thread, key="lost", value=1, outbox=outbox)
             raise RuntimeError("roll back")
 
     with pytest.raises(RuntimeError, match="roll back"):
@@ -203,14 +230,14 @@ def test_a_batch_that_raises_writes_neither_its_facts_nor_their_events(thread: T
 def test_a_savepoint_inside_a_batch_takes_its_own_events_when_it_rolls_back(
     thread: Thread,
 ) -> None:
-    state = ThreadState(thread)
+    outbox = Outbox(thread)
 
-    with batch():
-        state.emit("kept", 1)
+    with outbox.batch():
+        outbox.publish("custom", {"name": "kept", "data": 1})
         with contextlib.suppress(RuntimeError), transaction.atomic():
-            state.set_value("lost", 1)
+            value_set(thread=thread, key="lost", value=1, outbox=outbox)
             raise RuntimeError("roll back the savepoint")
-        state.emit("also kept", 2)
+        outbox.publish("custom", {"name": "also kept", "data": 2})
 
     assert _log(thread) == [(1, "custom"), (2, "custom")]
     names = Event.objects.filter(thread=thread).order_by("sequence")
@@ -220,14 +247,14 @@ def test_a_savepoint_inside_a_batch_takes_its_own_events_when_it_rolls_back(
 def test_unbatched_code_inside_a_batch_publishes_at_once_after_what_the_batch_held(
     thread: Thread,
 ) -> None:
-    state = ThreadState(thread)
+    outbox = Outbox(thread)
 
-    with batch():
-        state.emit("held", 1)
-        with unbatched():
-            state.emit("user code", 2)
+    with outbox.batch():
+        outbox.publish("custom", {"name": "held", "data": 1})
+        with outbox.unbatched():
+            outbox.publish("custom", {"name": "user code", "data": 2})
             assert _log(thread) == [(1, "custom"), (2, "custom")]
-        state.emit("held again", 3)
+        outbox.publish("custom", {"name": "held again", "data": 3})
         assert _log(thread) == [(1, "custom"), (2, "custom")]
 
     assert _log(thread) == [(1, "custom"), (2, "custom"), (3, "custom")]

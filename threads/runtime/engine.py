@@ -40,7 +40,7 @@ from agents.registry import HookName, ToolResult
 from common.errors import Conflict
 from common.ids import new_id
 from common.time import now_us
-from threads.events import batch, publish, turn_ended
+from threads.events import TURN_END_EVENTS, Outbox
 from threads.models import Message, MessageStatus, QueuedWork, Thread, WorkKind
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
@@ -131,6 +131,7 @@ class Flow:
         self.fence = fence
         self.runtime = runtime
         self.flow_id = str(new_id())
+        self.outbox = Outbox(thread, turn_id=self.flow_id, flow_id=self.flow_id)
         self.execution = ExecutionState(flow_id=self.flow_id, abort_signal=abort)
         self.defs = FlowDefinitions(
             tenant=thread.tenant,
@@ -158,7 +159,9 @@ class Flow:
         """Run until a stop condition; returns the reason. StaleFence propagates (the
         thread belongs to another worker now: nothing more may be written)."""
         started = now_us()
-        self.publish("turn.started", {"flow_id": self.flow_id, "fence": self.fence})
+        self.publish(
+            "turn.started", {"flow_id": self.flow_id, "fence": self.fence, "turn_id": self.flow_id}
+        )
         try:
             reason = self._loop()
         except FlowAborted:
@@ -177,18 +180,23 @@ class Flow:
             reason = StopReason.STEP_ERROR
         human = self._human("b")
         # The flow's end commits as one: status, its log and their events.
-        with batch():
+        with self.outbox.batch():
             self.pending_after = flow_rest(
                 thread=self.thread, fence=self.fence, status=status_after(reason, human_side=human)
             )
             self.publish("thread.status", {"status": self.thread.status, "reason": str(reason)})
             logs.log_create(
-                thread=self.thread, kind="flow", fence=self.fence,
+                thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
                 data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
                       "started_at": started, "ended_at": now_us(),
                       "steps": self.execution.step_count, "agent": self.agent.name},
             )  # fmt: skip
-            self.publish(turn_ended(reason), {"flow_id": self.flow_id, "reason": str(reason)})
+            ended = TURN_END_EVENTS.get(str(self.thread.status), TURN_END_EVENTS["completed"])
+            self.publish(
+                ended,
+                {"flow_id": self.flow_id, "reason": str(reason), "turn_id": self.flow_id,
+                 "status": self.thread.status},
+            )  # fmt: skip
         return reason
 
     # The loop ----------------------------------------------------------------------------------
@@ -251,8 +259,8 @@ class Flow:
         drained item calls on (user/system -> a, assistant -> b), or None."""
         # Taking items and storing their messages commit together: a worker that dies in
         # between leaves the items in the inbox, never consumed without their messages.
-        with batch():
-            works = work_take(thread=self.thread, fence=self.fence)
+        with self.outbox.batch():
+            works = work_take(thread=self.thread, fence=self.fence, outbox=self.outbox)
             messages = [work.payload for work in works if work.kind == WorkKind.MESSAGE]
             hooks = self._hooks(self._side_prompt("a")) if messages else None
             for payload in messages:
@@ -304,15 +312,16 @@ class Flow:
         prompt = self._prompt(side.prompt)
         hooks = self._hooks(prompt)
         tools = self.defs.tools_for(prompt, env_flag=self._env_value)
-        self.publish("step.started", {"step": execution.step_count, "side": acting})
-        messages = self._context(prompt, acting, hooks)
-        issuer, response = self._model_call(
-            prompt, acting, messages, tools, hooks, parent=None, stop_side=side
-        )
-        runner = self._runner(prompt, acting, parent=None, tools=tools, hooks=hooks, side=side)
-        outcomes = runner.run(response.tool_calls, issuer=issuer) if response.tool_calls else []
-        outcomes += self._run_tool_queue(runner)
-        self.publish("step.completed", {"step": execution.step_count, "side": acting})
+        with self.outbox.step(execution.step_count):
+            self.publish("step.started", {"step": execution.step_count, "side": acting})
+            messages = self._context(prompt, acting, hooks)
+            issuer, response = self._model_call(
+                prompt, acting, messages, tools, hooks, parent=None, stop_side=side
+            )
+            runner = self._runner(prompt, acting, parent=None, tools=tools, hooks=hooks, side=side)
+            outcomes = runner.run(response.tool_calls, issuer=issuer) if response.tool_calls else []
+            outcomes += self._run_tool_queue(runner)
+            self.publish("step.completed", {"step": execution.step_count, "side": acting})
         return _Step(content=response.content, calls=response.tool_calls, outcomes=outcomes)
 
     def _run_tool_queue(self, runner: ToolRunner) -> list[ToolOutcome]:
@@ -394,7 +403,7 @@ class Flow:
         spec = self.defs.model(prompt.model)
         # The pending row, the thread's acting side (what a takeover resumes) and the
         # model.requested event commit as one.
-        with batch():
+        with self.outbox.batch():
             pending = self.create_message(
                 role=_stored_role(acting), content=None,
                 status=MessageStatus.PENDING, side=acting, parent=parent,
@@ -425,9 +434,10 @@ class Flow:
             self._discard(pending)
             raise FlowAborted from None
         except ProviderError as error:
-            with batch():
+            with self.outbox.batch():
                 message_finish(
-                    message=pending, fence=self.fence, content=None, status=MessageStatus.FAILED,
+                    message=pending, fence=self.fence, outbox=self.outbox, content=None,
+                    status=MessageStatus.FAILED,
                     metadata={"error": error.message, "error_code": error.code},
                 )  # fmt: skip
                 self.log_model(prompt, spec, timer, None, error=error)
@@ -445,9 +455,9 @@ class Flow:
         if not isinstance(proposed, Mapping):
             proposed = {}
         # The answer, the call's log and their events commit as one.
-        with batch():
+        with self.outbox.batch():
             finished = message_finish(
-                message=pending, fence=self.fence,
+                message=pending, fence=self.fence, outbox=self.outbox,
                 content=proposed.get("content", content) or None,
                 tool_calls=calls,
                 reasoning_content=response.reasoning,
@@ -547,9 +557,13 @@ class Flow:
         """A stop or terminate fired: close what the flow left open (spec DIGEST §18.5)."""
         self.thread.refresh_from_db(fields=["terminated_at", "stop_requested"])
         if self.thread.terminated_at is not None:
-            close_unanswered_calls(thread=self.thread, fence=self.fence, reason="Thread terminated")
+            close_unanswered_calls(
+                thread=self.thread, fence=self.fence, reason="Thread terminated", outbox=self.outbox
+            )
             return StopReason.TERMINATED
-        stop_finalize(thread=self.thread, fence=self.fence, flow_id=self.flow_id)
+        stop_finalize(
+            thread=self.thread, fence=self.fence, flow_id=self.flow_id, outbox=self.outbox
+        )
         return StopReason.ABORTED_BY_USER
 
     def _checkpoint(self, pending: Message | None = None) -> None:
@@ -560,7 +574,9 @@ class Flow:
             raise FlowAborted
 
     def _discard(self, pending: Message) -> None:
-        message_delete(thread=self.thread, message_id=pending.id, fence=self.fence)
+        message_delete(
+            thread=self.thread, message_id=pending.id, fence=self.fence, outbox=self.outbox
+        )
 
     # Writing -----------------------------------------------------------------------------------
 
@@ -577,7 +593,9 @@ class Flow:
                     if key in proposed:
                         fields[key] = proposed[key]
         try:
-            message = message_inject(thread=self.thread, fence=self.fence, **fields)
+            message = message_inject(
+                thread=self.thread, fence=self.fence, outbox=self.outbox, **fields
+            )
         except Conflict as error:
             if error.code != "terminated":
                 raise
@@ -589,7 +607,7 @@ class Flow:
         return message
 
     def publish(self, type: str, payload: Mapping[str, Any]) -> None:
-        publish(self.thread, type, {**payload, "flow_id": self.flow_id})
+        self.outbox.publish(type, {**payload, "flow_id": self.flow_id})
 
     def log_model(
         self,
@@ -604,8 +622,9 @@ class Flow:
         data = model_log_data(spec, timer, response, error=error, attempts=attempts)
         data.update(self._log_context(), prompt=prompt.name)
         logs.log_create(
-            thread=self.thread, kind="llm", data=data, message=timer.message, fence=self.fence
-        )
+            thread=self.thread, kind="llm", data=data, message=timer.message, fence=self.fence,
+            outbox=self.outbox,
+        )  # fmt: skip
 
     def log_tool(
         self,
@@ -618,8 +637,9 @@ class Flow:
     ) -> None:
         data = {**self._log_context(), **tool_log_data(call, result, duration_ms, kind=kind)}
         logs.log_create(
-            thread=self.thread, kind="tool", data=data, message=stored, fence=self.fence
-        )
+            thread=self.thread, kind="tool", data=data, message=stored, fence=self.fence,
+            outbox=self.outbox,
+        )  # fmt: skip
 
     def _log_context(self) -> dict[str, Any]:
         execution = self.execution

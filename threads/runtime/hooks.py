@@ -10,12 +10,12 @@ may block the step, by raising an exception with a true ``block`` attribute.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.registry import HookEntry, HookName, RegistryView
-from threads.events import unbatched
 
 if TYPE_CHECKING:
     from threads.state import ThreadState
@@ -114,7 +114,8 @@ class Hooks:
         """One implementation, called ``(state, *arguments, context)``. Its events are
         written as it publishes them, even when the engine batches its own (user code may
         publish from savepoints it rolls back)."""
-        with unbatched():
+        outbox = self.state.outbox
+        with outbox.unbatched() if outbox is not None else contextlib.nullcontext():
             return entry.function(self.state, *arguments, self.context)
 
 

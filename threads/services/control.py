@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from common.time import now_us
-from threads.events import publish
+from threads.events import Outbox, publish
 from threads.models import Thread, ThreadStatus
 from threads.runtime.lock import control_send, lock_acquire
 from threads.services.fence import fence_acquire, fence_check, thread_fenced_update
@@ -46,21 +46,25 @@ def thread_stop(*, thread: Thread) -> None:
         lock.release()
 
 
-def stop_finalize(*, thread: Thread, fence: int, flow_id: str | None = None) -> None:
+def stop_finalize(
+    *, thread: Thread, fence: int, flow_id: str | None = None, outbox: Outbox | None = None
+) -> None:
     """Close open calls, add the stop message, mark the thread stopped, as one transaction
     with their events. Precondition: the caller holds the thread's lock with ``fence``."""
     metadata = {"status_kind": "stopped_by_user", **({"flow_id": flow_id} if flow_id else {})}
     with transaction.atomic():
-        close_unanswered_calls(thread=thread, fence=fence, reason=STOPPED_BY_USER)
+        close_unanswered_calls(thread=thread, fence=fence, reason=STOPPED_BY_USER, outbox=outbox)
         message_inject(
-            thread=thread, role="system", content=STOPPED_BY_USER, metadata=metadata, fence=fence
-        )
+            thread=thread, role="system", content=STOPPED_BY_USER, metadata=metadata,
+            fence=fence, outbox=outbox,
+        )  # fmt: skip
         thread_fenced_update(
             thread=thread, fence=fence, status=ThreadStatus.STOPPED, acting_side=""
         )
         publish(
-            thread, "thread.status", {"status": ThreadStatus.STOPPED, "reason": "aborted_by_user"}
-        )
+            thread, "thread.status",
+            {"status": ThreadStatus.STOPPED, "reason": "aborted_by_user"}, outbox=outbox,
+        )  # fmt: skip
 
 
 def thread_terminate(*, thread: Thread) -> bool:

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.ids import new_id
 from common.time import now_us
-from threads.events import publish
+from threads.events import Outbox, publish
 from threads.models import QueuedWork, Thread, ThreadStatus, WorkKind
 from threads.services.messages import check_content, check_metadata, jsonb_value
 
@@ -171,7 +171,7 @@ _TAKE = (
 )
 
 
-def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
+def work_take(*, thread: Thread, fence: int, outbox: Outbox | None = None) -> list[QueuedWork]:
     """Every pending item, oldest first, marked consumed by ``fence``; the thread is then
     ``running``. Nothing is taken when ``fence`` is stale (the flow's next write raises).
 
@@ -191,7 +191,7 @@ def work_take(*, thread: Thread, fence: int) -> list[QueuedWork]:
     ]  # fmt: skip
     if items:
         thread.status = ThreadStatus.RUNNING
-        publish(thread, "thread.status", {"status": ThreadStatus.RUNNING})
+        publish(thread, "thread.status", {"status": ThreadStatus.RUNNING}, outbox=outbox)
     return items
 
 

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from common.errors import ValidationFailed
-from threads.events import EventType, publish
+from threads.events import EventType, Outbox, publish
 from threads.models import Log, Message, Thread
 from threads.services.fence import StaleFence
 
@@ -43,6 +43,7 @@ def log_create(
     message: Message | None = None,
     parent: Log | None = None,
     fence: int | None = None,
+    outbox: Outbox | None = None,
 ) -> Log:
     """A log row; with ``fence`` (a flow's write) only while that fence is current, else
     StaleFence. The fenced insert is one statement without a row lock: logs record what a
@@ -58,7 +59,7 @@ def log_create(
         payload = {**_event_payload(kind, data), "log_id": str(log.id)}
         if kind == "llm":
             payload["message_id"] = str(message.id) if message is not None else None
-        publish(thread, event, payload)
+        publish(thread, event, payload, outbox=outbox)
     return log
 
 

@@ -21,7 +21,7 @@ from django.db.models import Field
 
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
-from threads.events import publish
+from threads.events import Outbox, publish
 from threads.models import Message, MessageRole, MessageStatus, Thread
 from threads.services.fence import StaleFence, fence_check, fence_read
 
@@ -224,13 +224,15 @@ def message_inject(
     fence: int | None = None,
     allow_terminated: bool = False,
     acting_side: str | None = None,
+    outbox: Outbox | None = None,
 ) -> Message:
     """Persist a message now (it does not start execution), in one statement, with its event.
 
     Conflict on a terminated thread; StaleFence when ``fence`` (a flow's write) is stale.
     ``id`` fixes the id (a queued message keeps the id it was announced with);
     ``allow_terminated`` lets terminate close a flow's unanswered tool calls;
-    ``acting_side`` also sets the thread's (a flow's step, with the pending row it calls on).
+    ``acting_side`` also sets the thread's (a flow's step, with the pending row it calls on);
+    ``outbox`` is the running turn's (its ids go on the message and its event).
     """
     if role not in MessageRole.values:
         raise ValidationFailed(f"role must be one of {', '.join(MessageRole.values)}", field="role")
@@ -274,7 +276,7 @@ def message_inject(
                 thread.acting_side = acting_side
             message.seq = row[0]
             message._state.adding = False
-            publish(thread, "message.created", message_json(message))
+            publish(thread, "message.created", message_json(message), outbox=outbox)
     if row is None:
         raise _refused(thread, fence)
     return message
@@ -298,6 +300,7 @@ def message_finish(
     tool_calls: list[dict[str, Any]] | None = None,
     reasoning_content: str = "",
     metadata: Mapping[str, Any] | None = None,
+    outbox: Outbox | None = None,
 ) -> Message:
     """Fill a flow's pending row with the model's answer (or mark it failed), in one
     statement.
@@ -326,7 +329,7 @@ def message_finish(
         )  # fmt: skip
         written = cursor.rowcount == 1
         if written:
-            publish(message.thread, "message.updated", message_json(message))
+            publish(message.thread, "message.updated", message_json(message), outbox=outbox)
     if not written:  # raised outside the block, as in message_inject
         refused = _refused(message.thread, fence)
         if isinstance(refused, StaleFence):
@@ -358,7 +361,11 @@ def message_update(
 
 @transaction.atomic
 def message_delete(
-    *, thread: Thread, message_id: uuid.UUID | str, fence: int | None = None
+    *,
+    thread: Thread,
+    message_id: uuid.UUID | str,
+    fence: int | None = None,
+    outbox: Outbox | None = None,
 ) -> bool:
     """Delete a message; False when absent. StaleFence when ``fence`` (a flow's) is stale."""
     if fence is not None:
@@ -367,5 +374,5 @@ def message_delete(
     if message is None:
         return False
     message.delete()
-    publish(thread, "message.deleted", {"id": str(message_id)})
+    publish(thread, "message.deleted", {"id": str(message_id)}, outbox=outbox)
     return True

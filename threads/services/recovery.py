@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from threads.events import Outbox
 from threads.models import Message, MessageRole, MessageStatus, Thread
 from threads.services.fence import fence_check
 from threads.services.messages import message_inject
 
 
 @transaction.atomic
-def close_unanswered_calls(*, thread: Thread, fence: int | None, reason: str) -> int:
+def close_unanswered_calls(
+    *, thread: Thread, fence: int | None, reason: str, outbox: Outbox | None = None
+) -> int:
     """Delete pending rows and give every tool call without a result an error result whose
     content is ``reason``. Returns how many results were written. StaleFence if stale."""
     fence_check(thread=thread, fence=fence)
@@ -35,7 +38,7 @@ def close_unanswered_calls(*, thread: Thread, fence: int | None, reason: str) ->
                 thread=thread, role=MessageRole.TOOL, content=reason,
                 name=str((call.get("function") or {}).get("name", "")), tool_call_id=call_id,
                 tool_status="error", side=issuer.side, parent=issuer.parent, fence=fence,
-                allow_terminated=True,
+                allow_terminated=True, outbox=outbox,
             )  # fmt: skip
             answered.add(call_id)
             written += 1

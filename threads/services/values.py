@@ -34,7 +34,7 @@ from django.db.models import QuerySet
 from common.errors import Conflict, DomainError, LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
-from threads.events import publish
+from threads.events import Outbox, publish
 from threads.models import Thread, ThreadValue
 
 MAX_KEY_LENGTH = 255  # characters (ThreadValue.key's column width)
@@ -229,7 +229,7 @@ def value_stored(*, thread: Thread, key: str) -> StoredValue | None:
 
 
 @transaction.atomic
-def value_set(*, thread: Thread, key: str, value: Any) -> ValueChange:
+def value_set(*, thread: Thread, key: str, value: Any, outbox: Outbox | None = None) -> ValueChange:
     """Upsert ``key`` (``None`` deletes it) and return what changed.
 
     Raises ValidationFailed (bad key, non-JSON value with a ``$`` path) or LimitExceeded
@@ -238,7 +238,7 @@ def value_set(*, thread: Thread, key: str, value: Any) -> ValueChange:
     """
     _key_check(key)
     if value is None:
-        return value_delete(thread=thread, key=key)
+        return value_delete(thread=thread, key=key, outbox=outbox)
     data = value_serialize(value)
     sealed = _seal(thread, key, data)
     updated_at = now_us()
@@ -259,22 +259,24 @@ def value_set(*, thread: Thread, key: str, value: Any) -> ValueChange:
             _rows(thread).filter(key=key).update(
                 value_encrypted=sealed, size=len(data), updated_at=updated_at
             )
-    return _announced(thread, ValueChange(key=key, deleted=False, updated_at=updated_at))
+    change = ValueChange(key=key, deleted=False, updated_at=updated_at)
+    return _announced(thread, change, outbox)
 
 
-def _announced(thread: Thread, change: ValueChange) -> ValueChange:
+def _announced(thread: Thread, change: ValueChange, outbox: Outbox | None = None) -> ValueChange:
     """Publish ``kv.changed`` (key, deleted, updated_at; never the value) after commit."""
     payload = {"key": change.key, "deleted": change.deleted, "updated_at": change.updated_at}
-    publish(thread, "kv.changed", payload)
+    publish(thread, "kv.changed", payload, outbox=outbox)
     return change
 
 
 @transaction.atomic
-def value_delete(*, thread: Thread, key: str) -> ValueChange:
+def value_delete(*, thread: Thread, key: str, outbox: Outbox | None = None) -> ValueChange:
     """Delete ``key``; deleting a missing key is not an error (the change is still reported)."""
     _key_check(key)
     _rows(thread).filter(key=key).delete()
-    return _announced(thread, ValueChange(key=key, deleted=True, updated_at=now_us()))
+    change = ValueChange(key=key, deleted=True, updated_at=now_us())
+    return _announced(thread, change, outbox)
 
 
 def value_list(
