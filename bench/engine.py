@@ -280,14 +280,14 @@ class InProcess:
 def _await_worker(thread: Thread) -> None:
     """Until the thread's flow ended and its lock is free, so the next message starts a new
     flow instead of meeting a lock holder on its way out."""
-    from threads.models import Thread, ThreadStatus
+    from threads.models import RunStatus, Thread
     from threads.runtime.lock import lock_is_held
 
     def idle() -> bool:
         status = Thread.objects.filter(pk=thread.pk).values_list("status", flat=True).get()
-        if status == ThreadStatus.FAILED:
+        if status == RunStatus.FAILED:
             raise BenchError(f"thread {thread.pk} failed: {_failure_detail([thread])}")
-        return status == ThreadStatus.WAITING_INPUT and not lock_is_held(
+        return status == RunStatus.WAITING_INPUT and not lock_is_held(
             tenant_id=thread.tenant_id, thread_id=thread.pk
         )
 
@@ -320,12 +320,12 @@ def _batch(tenant: Tenant, threads: Sequence[Thread]) -> tuple[list[Step], float
     how long sending the wake-ups took after the commit (ms). Precondition: no other flow
     of ``tenant`` ends meanwhile (the wait counts the tenant's flow logs)."""
     from common.time import now_us
-    from threads.models import Log, Thread, ThreadStatus
+    from threads.models import Log, RunStatus, Thread
 
     committed_us = _send_all(threads)
     sent_ms = (now_us() - committed_us) / 1000
     flows = Log.objects.for_tenant(tenant).filter(kind="flow", created_at__gte=committed_us)
-    failed = Thread.objects.for_tenant(tenant).filter(status=ThreadStatus.FAILED)
+    failed = Thread.objects.for_tenant(tenant).filter(status=RunStatus.FAILED)
 
     def answered() -> bool:
         if failed.exists():

@@ -83,7 +83,8 @@ class _EventSocket(AsyncWebsocketConsumer):
 
 
 class ThreadEventsConsumer(_EventSocket):
-    """Replays a thread's events after ``?after=N`` (default 0), then follows it live."""
+    """Replays a thread's events after ``?after=N`` (default 0), then follows it live;
+    ``?reasoning=1`` also sends ``reasoning.delta``."""
 
     cursor: EventCursor | None = None
     closing: asyncio.Task[None] | None = None
@@ -105,7 +106,8 @@ class ThreadEventsConsumer(_EventSocket):
         # Subscribe before replaying: what is published meanwhile waits in the layer and is
         # de-duplicated against the replay by the cursor.
         await self._join(thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk))
-        self.cursor = EventCursor(thread=thread, after=int(raw_after))
+        reasoning = (query.get("reasoning") or [""])[0] in ("1", "true", "yes")
+        self.cursor = EventCursor(thread=thread, after=int(raw_after), reasoning=reasoning)
         async for delivery in self.cursor.replay():
             await self._deliver(delivery)
         if thread.terminated_at is not None:

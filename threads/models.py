@@ -14,16 +14,51 @@ from common.time import now_us
 from tenancy.models import TenantOwned
 
 
-class ThreadStatus(models.TextChoices):
-    """The read model of what a thread is doing (kept honest by the engine)."""
+class RunStatus(models.TextChoices):
+    """The status vocabulary of turns and of the thread read model (agent-runtime-events,
+    "Completion and failure semantics"). docs/engine.md says when each is produced and which
+    the platform never produces, and why."""
 
-    IDLE = "idle"  # nothing to do
-    QUEUED = "queued"  # inbox has work, no flow running yet
-    RUNNING = "running"  # a flow is executing
-    WAITING_INPUT = "waiting_input"  # parked for the human side
-    STOPPED = "stopped"  # the last flow was stopped by a user
-    TERMINATED = "terminated"  # terminate() was called; no more sends
-    FAILED = "failed"  # the last flow ended in an error
+    ACCEPTED = "accepted"  # never stored: a turn is queued in the transaction accepting it
+    QUEUED = "queued"  # waiting behind another turn, or parked by a stop
+    PREPARING = "preparing"  # never stored: context is assembled inside ``running``
+    RUNNING = "running"  # a flow is executing the turn
+    STREAMING = "streaming"  # read model only: a model answer is being streamed
+    RETRYING = "retrying"  # a model call is being retried or a fallback is active
+    WAITING_INPUT = "waiting_input"  # the human side is next (thread)
+    WAITING_PERMISSION = "waiting_permission"  # not produced yet: tool approvals
+    WAITING_RESOURCE = "waiting_resource"  # read model only: work waits and no worker takes it
+    BLOCKED = "blocked"  # a credential (a model's API key) is missing
+    LOST = "lost"  # read model only: running, but no worker holds the thread
+    TIMED_OUT = "timed_out"  # not produced yet: no time budget ends a turn
+    COMPLETED = "completed"  # the work ended as its agent defines success
+    FAILED = "failed"  # the work cannot continue without a new request
+    CANCELLED = "cancelled"  # a stop, cancel, interrupt, rollback or terminate ended it
+    STALE = "stale"  # read model only: the lock store is unreachable, liveness unknown
+
+
+# A turn in one of these is over; nothing more will be written for it.
+TURN_TERMINAL = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.TIMED_OUT,
+        RunStatus.BLOCKED,
+    }
+)
+# A turn in one of these is being run by a flow.
+TURN_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.RETRYING})
+# What a thread rests in when no turn runs or waits.
+THREAD_REST = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.WAITING_INPUT,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.BLOCKED,
+    }
+)
 
 
 class Thread(TenantOwned):
@@ -38,7 +73,11 @@ class Thread(TenantOwned):
     arguments = models.JSONField(null=True, blank=True)  # a subagent's initial arguments
     tags = models.JSONField(default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
-    status = models.CharField(max_length=16, choices=ThreadStatus.choices, default="idle")
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.COMPLETED)
+    # What the thread shows once no turn runs or waits (the last turn's end).
+    rest_status = models.CharField(
+        max_length=20, choices=RunStatus.choices, default=RunStatus.COMPLETED
+    )
     created_at = models.BigIntegerField(default=now_us, editable=False)
     updated_at = models.BigIntegerField(default=now_us)
     last_activity_at = models.BigIntegerField(default=now_us)
@@ -112,6 +151,8 @@ class Message(ThreadOwned):
     metadata = models.JSONField(default=dict, blank=True)
     attachments = models.JSONField(default=list, blank=True)  # AttachmentRef[]
     reasoning_content = models.TextField(blank=True)
+    # The turn that wrote it (None: written outside a turn); a rollback deletes by it.
+    turn_id = models.UUIDField(null=True, blank=True)
     created_at = models.BigIntegerField(default=now_us, editable=False)
     updated_at = models.BigIntegerField(default=now_us)
 
@@ -119,6 +160,13 @@ class Message(ThreadOwned):
         ordering = ["seq"]
         constraints = [
             models.UniqueConstraint(fields=["thread", "seq"], name="message_unique_seq"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["thread", "turn_id"],
+                name="message_turn",
+                condition=models.Q(turn_id__isnull=False),
+            )
         ]
 
     def __str__(self) -> str:
@@ -207,33 +255,103 @@ class ThreadEnv(ThreadOwned):
         ]
 
 
-class WorkKind(models.TextChoices):
+class TurnKind(models.TextChoices):
+    """What a turn's input asks the engine to do."""
+
     MESSAGE = "message"  # a user/queued message
     TOOL = "tool"  # a queued tool call
     EFFECT = "effect"  # a fired effect
     CONTINUE = "continue"  # POST .../continue
 
 
-class QueuedWork(ThreadOwned):
-    """The durable FIFO inbox of a thread; ``id`` gives the order."""
+class TurnSource(models.TextChoices):
+    """Who submitted a turn."""
 
-    id = models.BigAutoField(primary_key=True)
-    kind = models.CharField(max_length=16, choices=WorkKind.choices)
-    payload = models.JSONField(default=dict)
+    MESSAGE = "message"  # POST .../messages
+    SUBMIT = "submit"  # POST .../turns
+    QUEUE_MESSAGE = "queue_message"  # state.queue_message
+    QUEUE_TOOL = "queue_tool"  # state.queue_tool at rest
+    CONTINUE = "continue"  # POST .../continue
+    EFFECT = "effect"
+
+
+class TurnStrategy(models.TextChoices):
+    """What a submitted turn does to the thread's active turn (``multitask_strategy``)."""
+
+    ENQUEUE = "enqueue"  # wait behind it (FIFO)
+    REJECT = "reject"  # refuse with 409 when a turn is active or queued
+    INTERRUPT = "interrupt"  # cancel it (what it wrote stays) and run next
+    ROLLBACK = "rollback"  # cancel it, delete what it wrote, and run next
+
+
+class Turn(ThreadOwned):
+    """One submitted input cycle (agent-runtime-events "turn"); the thread's queue of turns
+    is its inbox. Waiting turns run one at a time in ``position`` order (FIFO; a promoted
+    turn moves to the front). An input queued by a running turn (``state.queue_message``)
+    joins it (``host``) and is drained before its next step; it ends with its host.
+
+    Status changes go through ``threads.services.status`` only."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    # Drawn from a sequence after the thread row is locked, so positions follow commit order.
+    position = models.BigIntegerField()
+    host = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=16, choices=TurnKind.choices)
+    source = models.CharField(max_length=16, choices=TurnSource.choices)
+    strategy = models.CharField(
+        max_length=16, choices=TurnStrategy.choices, default=TurnStrategy.ENQUEUE
+    )
+    payload = models.JSONField(default=dict)  # the input
+    metadata = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=RunStatus.choices)
+    # "" | cancel | interrupt | rollback: a cancel asked of the running flow.
+    cancel_requested = models.CharField(max_length=16, blank=True)
     created_at = models.BigIntegerField(default=now_us, editable=False)
-    consumed_at = models.BigIntegerField(null=True, blank=True)
-    # The fence of the flow that consumed it (None: discarded by terminate).
-    consumed_fence = models.BigIntegerField(null=True, blank=True)
+    started_at = models.BigIntegerField(null=True, blank=True)
+    ended_at = models.BigIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=32, blank=True)  # the flow's stop reason
+    error = models.TextField(blank=True)
+    # {input_tokens, output_tokens, total_tokens, cost_usd}; a figure nobody reported is null.
+    usage = models.JSONField(null=True, blank=True)
+    # The fence of the flow that took it (None: never taken).
+    fence = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
-        ordering = ["id"]
+        ordering = ["position"]
         indexes = [
             models.Index(
-                fields=["thread", "id"],
-                name="queuedwork_pending",
-                condition=models.Q(consumed_at__isnull=True),
-            )
+                fields=["thread", "position"],
+                name="turn_waiting",
+                condition=models.Q(status="queued"),
+            ),
+            models.Index(fields=["thread", "-created_at"], name="turn_thread_created"),
         ]
+
+    def __str__(self) -> str:
+        return f"turn {self.id} ({self.status})"
+
+
+class IdempotencyKey(TenantOwned):
+    """The first answer to a POST sent with ``Idempotency-Key``: a repeat within
+    ``threads.services.idempotency.KEY_TTL_US`` with the same body gets it again. The unique
+    constraint, not a read, decides which of two racing requests goes first."""
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)  # sha256 of method, path and body
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.BigIntegerField(default=now_us)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"idempotency key {self.key}"
 
 
 class EffectStatus(models.TextChoices):
@@ -315,6 +433,13 @@ class Event(TenantOwned):
         ordering = ["sequence"]
         constraints = [
             models.UniqueConstraint(fields=["thread", "sequence"], name="event_unique_sequence"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["thread", "turn_id", "sequence"],
+                name="event_turn",
+                condition=~models.Q(turn_id=""),
+            )
         ]
 
     def __str__(self) -> str:

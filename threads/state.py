@@ -18,7 +18,7 @@ from agents.documents import AgentDoc, PromptDoc
 from agents.providers.base import AbortSignal, ModelSpec
 from common.errors import NotAvailable, NotFound
 from threads.events import Outbox, publish
-from threads.models import Thread
+from threads.models import Thread, TurnSource
 from threads.services import logs, messages
 
 if TYPE_CHECKING:
@@ -212,16 +212,18 @@ class ThreadState:
         silent: bool = False,
         metadata: Mapping[str, Any] | None = None,
     ) -> str:
-        """Queue a message: drained before the next step, or starts execution when idle
-        (``user`` -> side A acts, ``assistant`` -> side B). Returns the message id it will
-        have. Conflict on a terminated thread."""
+        """Queue a message. During a turn it joins that turn and is drained before its next
+        step; at rest it is a turn of its own (``user`` -> side A acts, ``assistant`` -> side
+        B). Returns the message id it will have. Conflict on a terminated thread."""
         from threads.services.inbox import message_queue
 
-        work = message_queue(
+        flow = self._flow
+        turn = message_queue(
             thread=self._thread, role=role, content=content, attachments=list(attachments),
-            silent=silent, metadata=metadata,
+            silent=silent, metadata=metadata, source=TurnSource.QUEUE_MESSAGE,
+            host=flow.turn if flow is not None else None, outbox=self.outbox,
         )  # fmt: skip
-        return str(work.payload["message_id"])
+        return str(turn.payload["message_id"])
 
     # Logs ----------------------------------------------------------------------
 

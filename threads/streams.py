@@ -34,11 +34,13 @@ class Delivery:
 
 
 class EventCursor:
-    """Delivers ``thread``'s events with a sequence above ``after``, in order, each once."""
+    """Delivers ``thread``'s events with a sequence above ``after``, in order, each once;
+    ``reasoning.delta`` only when ``reasoning`` (a follower opted in)."""
 
-    def __init__(self, *, thread: Thread, after: int) -> None:
+    def __init__(self, *, thread: Thread, after: int, reasoning: bool = False) -> None:
         self.thread = thread
         self.last = after
+        self.reasoning = reasoning
 
     async def replay(self) -> AsyncIterator[Delivery]:
         """Every stored event after the cursor, in batches, advancing it."""
@@ -63,6 +65,8 @@ class EventCursor:
         kind = str(message.get("event_type") or "")
         text = message.get("json")
         if sequence is None:
+            if kind == "reasoning.delta" and not self.reasoning:
+                return []  # only for followers that asked for reasoning
             return [Delivery(kind, None, text)] if isinstance(text, str) else []
         if sequence <= self.last:
             return []

@@ -1,7 +1,7 @@
 from django.urls import include, path
 
 from common.api import Router
-from threads.api import code, endpoints, env, events, files, logs, messages, values
+from threads.api import code, endpoints, env, events, files, logs, messages, turns, values
 from threads.api.threads import ThreadViewSet
 
 router = Router()
@@ -16,10 +16,12 @@ thread_routes = [
     *files.urlpatterns,
     *endpoints.urlpatterns,
     *code.urlpatterns,
+    *turns.urlpatterns,
 ]
 
 urlpatterns = [
     *env.tenant_urlpatterns,
     *router.urls,
+    *turns.turn_urlpatterns,
     path("threads/<uuid:thread_id>/", include(thread_routes)),
 ]

@@ -142,8 +142,9 @@ CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env.celery_concurrency()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+THREAD_SWEEP_INTERVAL_S = env.thread_sweep_interval_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
-    "sweep-threads": {"task": "threads.sweep_threads", "schedule": env.thread_sweep_interval_s()},
+    "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
 }
 # A thread's lock (threads.runtime.lock) expires this long after its holder stops renewing.
 THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
@@ -218,6 +219,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TenantRoleEnum": "tenancy.models.Role.choices",
         "MessageRoleEnum": "threads.models.MessageRole.choices",
+        "QueueableRoleEnum": "threads.services.inbox.QUEUEABLE_ROLES",
     },
 }
 

@@ -16,7 +16,7 @@ from common.errors import Conflict, NotAvailable
 from tenancy.models import Tenant
 from tests.agents.samples import rich_bundle
 from tests.factories import make_thread
-from threads.models import Event, QueuedWork, Thread
+from threads.models import Event, Thread, Turn
 from threads.services.logs import log_create
 from threads.state import ExecutionState, ThreadState
 
@@ -131,7 +131,7 @@ def test_inject_message_persists_without_starting_execution(
     message = state.inject_message(role="user", content="context", silent=True)
 
     assert state.get_message(message["id"]) == message
-    assert not QueuedWork.objects.filter(thread=thread).exists()
+    assert not Turn.objects.filter(thread=thread).exists()
 
 
 def test_update_message_changes_content_and_merges_metadata(state: ThreadState) -> None:

@@ -23,9 +23,21 @@ from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import ApiKey, Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_thread
-from threads.models import Event, Log, Message, Thread, ThreadEnv, ThreadFile, ThreadValue
+from threads.models import (
+    Event,
+    IdempotencyKey,
+    Log,
+    Message,
+    Thread,
+    ThreadEnv,
+    ThreadFile,
+    ThreadValue,
+    Turn,
+)
+from threads.services.control import turn_cancel
 from threads.services.env import thread_env_set
 from threads.services.files import file_write
+from threads.services.inbox import message_queue
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
@@ -88,6 +100,14 @@ def _owned_file(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(thread.id), "file_path": "notes/plan.txt"}
 
 
+def _owned_turn(tenant: Tenant) -> dict[str, str]:
+    """A finished turn: its wait answers at once for its owner."""
+    thread = make_thread(tenant)
+    turn = message_queue(thread=thread, role="user", content="private")
+    turn_cancel(thread=thread, turn=turn)
+    return {"turn_id": str(turn.pk)}
+
+
 # Route name -> builds an object of the given tenant and returns the URL kwargs.
 OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-detail": lambda tenant: {"pk": str(make_thread(tenant).id)},
@@ -111,6 +131,12 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-fs": _owned_file,
     "thread-fs-search": _owned_thread,
     "thread-fs-stats": _owned_thread,
+    "thread-turns": _owned_thread,
+    "turn-detail": _owned_turn,
+    "turn-cancel": _owned_turn,
+    "turn-promote": _owned_turn,
+    "turn-wait": _owned_turn,
+    "turn-stream": _owned_turn,
     "api-key-detail": lambda tenant: {"pk": _owned_api_key(tenant)},
     "api-key-revoke": lambda tenant: {"pk": _owned_api_key(tenant)},
     "model-detail": _owned_definition("fast"),
@@ -141,6 +167,8 @@ def _tenant_state(tenant: Tenant) -> object:
         list(ThreadEnv.objects.for_tenant(tenant).values()),
         list(ThreadFile.objects.for_tenant(tenant).values()),
         list(Event.objects.for_tenant(tenant).values()),
+        list(Turn.objects.for_tenant(tenant).values()),
+        list(IdempotencyKey.objects.for_tenant(tenant).values()),
     )
 
 

@@ -245,6 +245,7 @@ async def test_a_terminated_thread_replays_its_events_then_closes_4410(tenant: T
 
     socket = await _thread_socket(thread, await _key(tenant))
 
+    assert json.loads(await socket.receive_from())["type"] == "thread.status"
     assert json.loads(await socket.receive_from())["type"] == "thread.terminated"
     assert await _close_code(socket) == 4410
 
@@ -255,6 +256,7 @@ async def test_a_live_terminate_is_delivered_then_the_socket_closes_4410(tenant:
 
     await database_sync_to_async(thread_terminate)(thread=thread)
 
+    assert json.loads(await socket.receive_from())["type"] == "thread.status"
     assert json.loads(await socket.receive_from())["type"] == "thread.terminated"
     output = await socket.receive_output(timeout=TERMINATED_DRAIN_S + 3)
     assert (output["type"], output["code"]) == ("websocket.close", 4410)
@@ -272,9 +274,10 @@ async def test_the_tenant_stream_carries_lifecycle_events_of_its_tenant_only(
     await database_sync_to_async(value_set)(thread=mine, key="k", value=1)  # not lifecycle
     await database_sync_to_async(thread_terminate)(thread=mine)
 
-    received = [json.loads(await socket.receive_from()) for _ in range(2)]
+    received = [json.loads(await socket.receive_from()) for _ in range(3)]
     assert [(e["type"], e["thread_id"]) for e in received] == [
         ("thread.created", str(mine.id)),
+        ("thread.status", str(mine.id)),
         ("thread.terminated", str(mine.id)),
     ]
     assert await socket.receive_nothing(timeout=0.3)

@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from common.ids import new_id
 from tenancy.models import Tenant
 from tests.factories import make_thread
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
@@ -33,7 +34,7 @@ from threads.events import (
     publish,
     thread_group,
 )
-from threads.models import Event, EventCounter, Thread
+from threads.models import Event, EventCounter, Thread, Turn
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
@@ -186,17 +187,19 @@ def test_a_batch_writes_its_events_in_one_statement_in_publish_order(thread: Thr
 
 
 def test_an_outbox_names_its_turn_flow_and_step_on_every_event(thread: Thread) -> None:
-    outbox = Outbox(thread, turn_id="t-1", flow_id="f-1")
+    turn_id = str(new_id())
+    outbox = Outbox(thread, turn_id=turn_id, flow_id="f-1")
 
     outbox.publish("custom", {"name": "outside", "data": 1})
     with outbox.step(3):
-        message_inject(thread=thread, role="user", content="hello", outbox=outbox)
+        message = message_inject(thread=thread, role="user", content="hello", outbox=outbox)
     publish(thread, "custom", {"name": "no outbox", "data": 2})
 
     rows = Event.objects.filter(thread=thread).order_by("sequence")
     assert [(e.turn_id, e.flow_id, e.step_id) for e in rows] == [
-        ("t-1", "f-1", ""), ("t-1", "f-1", "t-1:3"), ("", "", ""),
+        (turn_id, "f-1", ""), (turn_id, "f-1", f"{turn_id}:3"), ("", "", ""),
     ]  # fmt: skip
+    assert str(message.turn_id) == turn_id
 
 
 def test_an_event_from_a_savepoint_in_a_batch_is_written_at_once_ahead_of_the_held_ones(
@@ -298,8 +301,8 @@ def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
     engine.drive(thread)
 
     assert [kind for _, kind in _log(thread)] == [
-        "thread.created", "queue.changed",
-        "turn.started", "thread.status", "message.created",
+        "thread.created", "thread.status", "queue.changed",
+        "turn.started", "thread.status", "queue.changed", "message.created",
         "step.started", "message.created", "model.requested", "message.updated",
         "model.completed", "tool.started", "message.created", "tool.result", "step.completed",
         "step.started", "message.created", "model.requested", "message.updated",
@@ -311,6 +314,9 @@ def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
     ended = Event.objects.get(thread=thread, type="turn.completed")
     assert ended.payload["reason"] == "stop_on_response"
     assert ended.flow_id == ended.payload["flow_id"]
+    turn = Turn.objects.get(thread=thread)
+    assert ended.turn_id == ended.payload["turn_id"] == str(turn.pk)
+    assert (turn.status, turn.outcome) == ("completed", "stop_on_response")
 
 
 # Concurrent writers --------------------------------------------------------------------------

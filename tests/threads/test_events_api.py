@@ -70,10 +70,11 @@ def test_event_stream_of_a_terminated_thread_with_nothing_newer_is_204(
     url = f"/api/v1/threads/{thread.id}/events"
 
     replay = member.get(url, HTTP_ACCEPT="text/event-stream")
-    caught_up = member.get(url, HTTP_ACCEPT="text/event-stream", HTTP_LAST_EVENT_ID="1")
+    caught_up = member.get(url, HTTP_ACCEPT="text/event-stream", HTTP_LAST_EVENT_ID="2")
 
     assert replay.status_code == 200
     assert [f["event"] for f in _frames(b"".join(replay.streaming_content))] == [  # type: ignore[attr-defined]
-        "thread.terminated"
+        "thread.status",
+        "thread.terminated",
     ]
     assert caught_up.status_code == 204

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from tenancy.models import Role, Tenant
 from tests.factories import make_thread
-from threads.models import Message, QueuedWork, Thread, ThreadFile
+from threads.models import Event, Message, Thread, ThreadFile, Turn
 from threads.services.messages import message_inject
 
 pytestmark = pytest.mark.django_db
@@ -31,11 +31,11 @@ def test_sending_a_message_answers_202_with_the_queued_item_before_any_model_wor
 
     assert response.status_code == 202
     body = response.json()
-    work = QueuedWork.objects.get(thread=thread)
-    assert (body["status"], body["queue_id"], body["kind"]) == ("queued", work.id, "message")
+    work = Turn.objects.get(thread=thread)
+    assert (body["status"], body["queue_id"], body["kind"]) == ("queued", str(work.id), "message")
     assert body["message"]["id"] == body["message_id"] == work.payload["message_id"]
     assert (body["message"]["role"], body["message"]["content"]) == ("user", "hello")
-    assert work.consumed_at is None
+    assert work.status == "queued"
     assert not Message.objects.filter(thread=thread).exists()  # persisted when drained
     thread.refresh_from_db()
     assert thread.status == "queued"
@@ -60,7 +60,7 @@ def test_bad_messages_are_400_naming_the_field(
 
     assert response.status_code == 400
     assert response.json()["error"]["field"] == field
-    assert not QueuedWork.objects.filter(thread=thread).exists()
+    assert not Turn.objects.filter(thread=thread).exists()
 
 
 def test_attachments_are_stored_under_attachments_and_named_by_reference(
@@ -87,27 +87,46 @@ def test_continue_queues_a_turn_for_the_given_side(thread: Thread, member: APICl
     bad = member.post(f"/api/v1/threads/{thread.id}/continue", {"side": "c"}, format="json")
 
     assert ok.status_code == 202
-    assert QueuedWork.objects.get(thread=thread).payload == {"side": "b"}
+    assert Turn.objects.get(thread=thread).payload == {"side": "b"}
     assert (bad.status_code, bad.json()["error"]["field"]) == (400, "side")
 
 
-def test_stop_on_an_idle_thread_marks_it_stopped_until_the_next_user_message(
-    thread: Thread, member: APIClient
-) -> None:
+def test_stop_on_an_idle_thread_is_a_no_op(thread: Thread, member: APIClient) -> None:
+    events_before = Event.objects.filter(thread=thread).count()
+
     response = member.post(f"/api/v1/threads/{thread.id}/stop")
 
-    assert response.json() == {"status": "stopped", "message": "Execution stopped by user"}
+    assert response.json() == {
+        "stopped": False, "stopped_turn_id": None, "parked_turns": 0, "message": None,
+    }  # fmt: skip
     thread.refresh_from_db()
-    assert (thread.status, thread.stop_requested) == ("stopped", True)
-    assert list(Message.objects.filter(thread=thread).values_list("role", "content")) == [
-        ("system", "Execution stopped by user")
-    ]
+    assert (thread.status, thread.stop_requested) == ("completed", False)
+    assert not Message.objects.filter(thread=thread).exists()
+    assert Event.objects.filter(thread=thread).count() == events_before
+
+
+def test_stop_parks_queued_turns_until_the_next_user_message(
+    thread: Thread, member: APIClient
+) -> None:
+    queued = member.post(f"/api/v1/threads/{thread.id}/messages", {"content": "one"}, format="json")
+
+    response = member.post(f"/api/v1/threads/{thread.id}/stop")
+
+    assert response.json()["parked_turns"] == 1
+    thread.refresh_from_db()
+    assert (thread.status, thread.stop_requested) == ("queued", True)
+    assert Turn.objects.get(pk=queued.json()["turn_id"]).status == "queued"
     member.post(f"/api/v1/threads/{thread.id}/messages", {"content": "again"}, format="json")
     thread.refresh_from_db()
     assert (thread.status, thread.stop_requested) == ("queued", False)
 
 
-def test_stop_closes_unanswered_tool_calls(thread: Thread, member: APIClient) -> None:
+def test_stop_closes_the_unanswered_tool_calls_of_a_turn_whose_worker_died(
+    thread: Thread, member: APIClient
+) -> None:
+    turn = member.post(f"/api/v1/threads/{thread.id}/messages", {"content": "go"}, format="json")
+    Turn.objects.filter(pk=turn.json()["turn_id"]).update(status="running", fence=1)
+    Thread.objects.filter(pk=thread.pk).update(status="running", fence=1)
     message_inject(
         thread=thread, role="assistant", content=None, side="a",
         tool_calls=[{"id": "c1", "type": "function",
@@ -139,9 +158,9 @@ def test_terminate_refuses_later_sends_with_409(thread: Thread, member: APIClien
     )  # fmt: skip
     assert (send.status_code, send.json()["error"]["code"]) == (409, "terminated")
     assert (resume.status_code, resume.json()["error"]["code"]) == (409, "terminated")
-    assert QueuedWork.objects.get(thread=thread).consumed_at is not None  # dropped
+    assert Turn.objects.get(thread=thread).status == "cancelled"  # dropped
     thread.refresh_from_db()
-    assert thread.status == "terminated"
+    assert (thread.status, thread.terminated_at is not None) == ("cancelled", True)
 
 
 def test_read_only_keys_cannot_run_threads(

@@ -39,7 +39,7 @@ def test_create_then_read_a_thread(member: APIClient) -> None:
     assert (body["agent"], body["origin_agent"], body["user_id"]) == ("helper", "helper", "u1")
     assert body["tags"] == ["vip", "eu"]
     assert body["metadata"] == {"k": 1}
-    assert body["status"] == "idle"
+    assert body["status"] == "completed"
     assert body["counts"] == {"messages": 0, "logs": 0, "files": 0, "children": 0}
     assert isinstance(body["created_at"], int)
 

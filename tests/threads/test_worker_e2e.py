@@ -27,7 +27,7 @@ from tenancy.models import Tenant
 from tests.factories import make_tenant
 from tests.support import current_database_url
 from tests.worker import Worker, log_on_failure, private_queue, tasks_routed_to, worker_start
-from threads.models import Log, Message, QueuedWork, Thread
+from threads.models import Log, Message, Thread, Turn
 from threads.runtime.driver import threads_sweep
 from threads.runtime.lock import lock_is_held
 from threads.services.fence import StaleFence, fence_acquire, fence_retire, fence_take
@@ -155,7 +155,7 @@ def _settled(thread: Thread) -> bool:
             raise AssertionError(f"thread {thread.pk} failed: {_history(thread)}")
         if thread.status != "waiting_input":
             return False
-        if QueuedWork.objects.filter(thread=thread, consumed_at__isnull=True).exists():
+        if Turn.objects.filter(thread=thread, status="queued").exists():
             return False
         logs = Log.objects.filter(thread=thread)
         ended = set(logs.filter(kind="flow").values_list("data__flow_id", flat=True))
@@ -221,8 +221,8 @@ def test_message_posted_over_http_is_answered_by_a_worker_through_a_tool_call(
 
     assert response.status_code == 202
     body = response.json()
-    work = QueuedWork.objects.get(thread=thread)
-    assert (body["status"], body["kind"], body["queue_id"]) == ("queued", "message", work.id)
+    work = Turn.objects.get(thread=thread)
+    assert (body["status"], body["kind"], body["queue_id"]) == ("queued", "message", str(work.id))
     assert body["message_id"] == work.payload["message_id"]
     assert answered_before_202 == 0
     _wait_settled(thread, worker)
@@ -245,8 +245,8 @@ def test_message_posted_over_http_is_answered_by_a_worker_through_a_tool_call(
     work.refresh_from_db()
     logs = Log.objects.filter(thread=thread).order_by("created_at")
     assert [(log.kind, log.data["fence"]) for log in logs] == [
-        ("llm", work.consumed_fence), ("tool", work.consumed_fence),
-        ("llm", work.consumed_fence), ("flow", work.consumed_fence),
+        ("llm", work.fence), ("tool", work.fence),
+        ("llm", work.fence), ("flow", work.fence),
     ]  # fmt: skip
 
 
@@ -290,7 +290,7 @@ def test_fifty_concurrent_messages_are_persisted_once_in_fifo_order_one_flow_at_
 
     start = time.monotonic() + 0.1
 
-    def send(sender: int) -> list[QueuedWork]:
+    def send(sender: int) -> list[Turn]:
         """One message in each of five bursts, ROUND_S apart: the ten senders race one
         another and the flow of the previous burst."""
         try:
@@ -314,7 +314,7 @@ def test_fifty_concurrent_messages_are_persisted_once_in_fifo_order_one_flow_at_
     flows = _flows(thread)
     assert len(flows) > 1
     fences = [flow["fence"] for flow in flows]
-    consumed = QueuedWork.objects.filter(thread=thread).values_list("consumed_fence", flat=True)
+    consumed = Turn.objects.filter(thread=thread).values_list("fence", flat=True)
     assert len(consumed) == 50
     assert set(consumed) <= set(fences)
     assert all(earlier["ended_at"] <= later["started_at"] for earlier, later in pairwise(flows))
@@ -354,7 +354,7 @@ def test_twenty_threads_run_their_flows_in_parallel(tenant: Tenant, worker: Work
     assert elapsed < 20 * 0.5 / 2, f"20 flows of 0.5 s took {elapsed:.1f} s"
 
 
-def _start_slow_flow(tenant: Tenant, worker: Worker) -> tuple[Thread, QueuedWork]:
+def _start_slow_flow(tenant: Tenant, worker: Worker) -> tuple[Thread, Turn]:
     """A thread whose flow ``worker`` runs and is now inside a model call of SLOW_MS; the
     model then answers fast "answer from B" to whoever asks next."""
     _define(tenant, rules=[{"respond": {"text": "answer from A", "delay_ms": SLOW_MS}}])
@@ -382,18 +382,21 @@ def _sweep_after_lock_expired(thread: Thread, worker: Worker) -> None:
     assert threads_sweep() == 1
 
 
-def _assert_finished_once_by_b(thread: Thread, work: QueuedWork, *, fence: int = 2) -> None:
-    """One user message, one answer (B's), nothing pending; A's fence (1) consumed the
-    message and B's flow ran with ``fence``."""
+def _assert_finished_once_by_b(thread: Thread, work: Turn, *, fence: int = 2) -> None:
+    """One user message, one answer (B's), nothing pending; A's fence (1) took the turn,
+    B's flow resumed it with ``fence`` and recorded the takeover as an incident."""
     thread.refresh_from_db()
     work.refresh_from_db()
     assert _history(thread) == [
         ("user", "b", "completed", "hello"),
         ("assistant", "a", "completed", "answer from B"),
     ]
-    assert (thread.status, thread.fence, work.consumed_fence) == ("waiting_input", fence, 1)
+    assert (thread.status, thread.fence, work.fence) == ("waiting_input", fence, 1)
     logs = Log.objects.filter(thread=thread).order_by("created_at")
-    assert [(log.kind, log.data["fence"]) for log in logs] == [("llm", fence), ("flow", fence)]
+    assert [(log.kind, log.data["fence"]) for log in logs] == [
+        ("incident", fence), ("llm", fence), ("flow", fence),
+    ]  # fmt: skip
+    assert (work.status, work.outcome) == ("completed", "stop_on_response")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -450,7 +453,7 @@ def test_flow_of_a_killed_worker_is_finished_exactly_once_by_another_worker(
     _wait_settled(thread, worker)
 
     _assert_finished_once_by_b(thread, work)
-    assert f"thread {thread.pk}: taking over a flow whose worker stopped" in worker.log()
+    assert f"thread {thread.pk}: taking over a turn whose worker stopped" in worker.log()
 
 
 @pytest.mark.django_db

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.viewsets import request_principal
 from threads.models import Thread
+from threads.services.idempotency import HEADER, idempotent_call, request_hash
 from threads.services.threads import thread_get
 
 
@@ -40,3 +43,23 @@ class ThreadScopedView(APIView):
             cached = thread_get(tenant=self.principal.tenant, thread_id=self.kwargs["thread_id"])
             self._thread = cached
         return cached
+
+
+def idempotent(
+    request: Request,
+    principal: Principal,
+    produce: Callable[[], tuple[int, Mapping[str, Any]]],
+) -> Response:
+    """Answer a POST that creates work: ``produce()`` (status, body), or with an
+    ``Idempotency-Key`` header the first answer given for that key and body (marked
+    ``Idempotent-Replayed: true``). The work and the key commit together."""
+    key = request.headers.get(HEADER)
+    if key is None:
+        status, body = produce()
+        return Response(body, status=status)
+    digest = request_hash(method=request.method or "POST", path=request.path, body=request.data)
+    answer = idempotent_call(tenant=principal.tenant, key=key, digest=digest, produce=produce)
+    response = Response(answer.body, status=answer.status)
+    if answer.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response

@@ -116,10 +116,39 @@ def _event_stream(request: Request, thread: Thread, after: int) -> HttpResponseB
         thread=thread, after=after, limit=1
     ):
         return HttpResponse(status=204)
+    return sse_response(request, EventCursor(thread=thread, after=after, reasoning=_opted(request)))
+
+
+def _opted(request: Request) -> bool:
+    """``?reasoning=1``: the caller also wants ``reasoning.delta`` events."""
+    return request.query_params.get("reasoning", "") in ("1", "true", "yes")
+
+
+class StreamScope:
+    """What one stream sends: every event (a thread's), or a filter with an end (a turn's).
+    ``ended`` is checked once the replay is done (a scope that already ended sends no live
+    events)."""
+
+    def keep(self, delivery: Delivery) -> bool:
+        return True
+
+    def last(self, delivery: Delivery) -> bool:
+        """Whether the stream ends after ``delivery``."""
+        return delivery.type == EventType.THREAD_TERMINATED
+
+    ended = False
+
+
+def sse_response(
+    request: Request, cursor: EventCursor, scope: StreamScope | None = None
+) -> StreamingHttpResponse:
+    """``cursor``'s events as Server-Sent Events: replayed then followed live under ASGI,
+    replayed only under WSGI."""
+    scope = scope or StreamScope()
     content = (
-        _follow(thread, after)
+        _follow(cursor, scope)
         if isinstance(request._request, ASGIRequest)
-        else _replay(thread, after)
+        else _replay(cursor, scope)
     )
     response = StreamingHttpResponse(content, content_type=EVENT_STREAM)
     response["Cache-Control"] = "no-cache"
@@ -127,14 +156,18 @@ def _event_stream(request: Request, thread: Thread, after: int) -> HttpResponseB
     return response
 
 
-def _replay(thread: Thread, after: int) -> Iterator[bytes]:
-    """WSGI: the stored events after ``after``, then the end of the stream."""
-    for delivery in EventCursor(thread=thread, after=after).replay_now():
-        yield _frame(delivery)
+def _replay(cursor: EventCursor, scope: StreamScope) -> Iterator[bytes]:
+    """WSGI: the stored events after the cursor, then the end of the stream."""
+    for delivery in cursor.replay_now():
+        if scope.keep(delivery):
+            yield _frame(delivery)
+            if scope.last(delivery):
+                return
 
 
-async def _follow(thread: Thread, after: int) -> AsyncIterator[bytes]:
+async def _follow(cursor: EventCursor, scope: StreamScope) -> AsyncIterator[bytes]:
     """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)."""
+    thread = cursor.thread
     layer = get_channel_layer()
     assert layer is not None
     channel = await layer.new_channel()
@@ -143,10 +176,12 @@ async def _follow(thread: Thread, after: int) -> AsyncIterator[bytes]:
     receiving: asyncio.Task[dict[str, Any]] | None = None
     try:
         yield b"retry: 2000\n\n"
-        cursor = EventCursor(thread=thread, after=after)
         async for delivery in cursor.replay():
-            yield _frame(delivery)
-        if thread.terminated_at is not None:
+            if scope.keep(delivery):
+                yield _frame(delivery)
+                if scope.last(delivery):
+                    return
+        if thread.terminated_at is not None or scope.ended:
             return
         while True:
             if receiving is None:
@@ -158,9 +193,10 @@ async def _follow(thread: Thread, after: int) -> AsyncIterator[bytes]:
             message, receiving = receiving.result(), None
             for one in unbatched(message):
                 for delivery in await cursor.admit(one):
-                    yield _frame(delivery)
-                    if delivery.type == EventType.THREAD_TERMINATED:
-                        return
+                    if scope.keep(delivery):
+                        yield _frame(delivery)
+                        if scope.last(delivery):
+                            return
     finally:
         if receiving is not None:
             receiving.cancel()

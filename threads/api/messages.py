@@ -17,14 +17,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound
-from threads.api.base import ThreadScopedView
-from threads.models import MessageRole, QueuedWork
+from threads.api.base import ThreadScopedView, idempotent
+from threads.models import MessageRole, Turn
 from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
 from threads.services.control import STOPPED_BY_USER, thread_stop, thread_terminate
 from threads.services.inbox import (
     QUEUEABLE_ROLES,
     continue_queue,
     message_queue,
+    queued_message_json,
     terminated_error,
 )
 from threads.services.messages import (
@@ -36,6 +37,7 @@ from threads.services.messages import (
     message_list,
     message_update,
 )
+from threads.services.status import turn_json
 
 
 class MessageListQuery(serializers.Serializer[Any]):
@@ -63,17 +65,15 @@ class ContinueInput(serializers.Serializer[Any]):
     side = serializers.ChoiceField(choices=["a", "b"], default="a")
 
 
-def queued_json(work: QueuedWork) -> dict[str, Any]:
-    """The 202 answer: the queued item and, for a message, its optimistic shape."""
-    body: dict[str, Any] = {"status": "queued", "queue_id": work.id, "kind": work.kind}
-    payload = work.payload
-    if "message_id" in payload:
-        body["message_id"] = payload["message_id"]
-        body["message"] = {
-            "id": payload["message_id"], "role": payload["role"], "content": payload["content"],
-            "attachments": payload["attachments"], "silent": payload["silent"],
-            "metadata": payload["metadata"], "status": "queued", "created_at": work.created_at,
-        }  # fmt: skip
+def queued_json(turn: Turn) -> dict[str, Any]:
+    """The 202 answer: ``status`` queued, ``queue_id`` and ``turn_id`` (the turn it created),
+    the ``turn`` itself and, for a message, the message as it will be stored."""
+    body: dict[str, Any] = {"status": "queued", "queue_id": str(turn.pk), "kind": turn.kind,
+                            "turn_id": str(turn.pk), "turn": turn_json(turn)}  # fmt: skip
+    message = queued_message_json(turn)
+    if message is not None:
+        body["message_id"] = message["id"]
+        body["message"] = message
     return body
 
 
@@ -128,12 +128,16 @@ class MessageListView(ThreadScopedView):
         thread = self.thread()
         if thread.terminated_at is not None:
             raise terminated_error()
-        refs = attachments_store(thread=thread, items=data.get("attachments", []))
-        work = message_queue(
-            thread=thread, role=data["role"], content=data.get("content"), attachments=refs,
-            silent=data["silent"], metadata=data.get("metadata"),
-        )  # fmt: skip
-        return Response(queued_json(work), status=status.HTTP_202_ACCEPTED)
+
+        def send() -> tuple[int, dict[str, Any]]:
+            refs = attachments_store(thread=thread, items=data.get("attachments", []))
+            turn = message_queue(
+                thread=thread, role=data["role"], content=data.get("content"),
+                attachments=refs, silent=data["silent"], metadata=data.get("metadata"),
+            )  # fmt: skip
+            return status.HTTP_202_ACCEPTED, queued_json(turn)
+
+        return idempotent(request, self.principal, send)
 
 
 class MessageInjectView(ThreadScopedView):
@@ -182,18 +186,31 @@ class ContinueView(ThreadScopedView):
         """Let ``side`` (default a) take a turn without a new message; 202 at once."""
         payload = ContinueInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        work = continue_queue(thread=self.thread(), side=payload.validated_data["side"])
-        return Response(queued_json(work), status=status.HTTP_202_ACCEPTED)
+        side = payload.validated_data["side"]
+
+        def queue() -> tuple[int, dict[str, Any]]:
+            turn = continue_queue(thread=self.thread(), side=side)
+            return status.HTTP_202_ACCEPTED, queued_json(turn)
+
+        return idempotent(request, self.principal, queue)
 
 
 class StopView(ThreadScopedView):
     @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
     def post(self, request: Request, thread_id: str) -> Response:
-        """Abort the running flow (its model call at once); unanswered tool calls get
-        ``Execution stopped by user`` results and a system message says so. Queued work
-        waits until the next user message."""
-        thread_stop(thread=self.thread())
-        return Response({"status": "stopped", "message": STOPPED_BY_USER})
+        """Abort the running turn (its model call at once): it ends cancelled, its
+        unanswered tool calls get ``Execution stopped by user`` results and a system message
+        says so. Queued turns wait until the next user message. With nothing running or
+        queued, nothing changes (``stopped: false``)."""
+        thread = self.thread()
+        result = thread_stop(thread=thread)
+        stopped = result.stopped_turn
+        return Response(
+            {"stopped": stopped is not None or result.parked > 0,
+             "stopped_turn_id": str(stopped.pk) if stopped is not None else None,
+             "parked_turns": result.parked,
+             "message": STOPPED_BY_USER if stopped is not None else None}
+        )  # fmt: skip
 
 
 class TerminateView(ThreadScopedView):

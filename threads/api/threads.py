@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from tenancy.viewsets import TenantScopedViewSet
-from threads.models import EnvType, Thread, ThreadStatus
+from threads.models import EnvType, RunStatus, Thread
 from threads.services.threads import (
     EnvInput,
     thread_counts,
@@ -20,9 +20,11 @@ from threads.services.threads import (
     thread_list,
     thread_update,
 )
+from threads.services.turns import read_status, thread_read_model
 
 
 def thread_json(thread: Thread, *, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    """A thread; ``status`` is the read model's (see ``read_status``)."""
     body: dict[str, Any] = {
         "id": str(thread.id),
         "agent": thread.agent_name,
@@ -31,7 +33,7 @@ def thread_json(thread: Thread, *, counts: dict[str, int] | None = None) -> dict
         "parent_id": str(thread.parent_id) if thread.parent_id else None,
         "tags": thread.tags,
         "metadata": thread.metadata,
-        "status": thread.status,
+        "status": read_status(thread),
         "created_at": thread.created_at,
         "updated_at": thread.updated_at,
         "last_activity_at": thread.last_activity_at,
@@ -83,7 +85,7 @@ class ThreadUpdateInput(serializers.Serializer[Any]):
 class ThreadListQuery(serializers.Serializer[Any]):
     agent = serializers.CharField(required=False)
     user_id = serializers.CharField(required=False)
-    status = serializers.ChoiceField(choices=ThreadStatus.choices, required=False)
+    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
     tag = serializers.CharField(required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
@@ -125,8 +127,14 @@ class ThreadViewSet(TenantScopedViewSet):
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def retrieve(self, request: Request, pk: str) -> Response:
+        """The thread and its read model (get_thread_read): ``status`` (refined where only
+        a read can know: ``lost``, ``stale``, ``streaming``, ``waiting_resource``), the
+        active turn, the queued turns in order, the last outcome, pending requests and
+        recent incidents."""
         thread = self.get_object()
-        return Response(thread_json(thread, counts=thread_counts(thread=thread)))
+        body = thread_json(thread, counts=thread_counts(thread=thread))
+        body.update(thread_read_model(thread=thread))
+        return Response(body)
 
     @extend_schema(request=ThreadUpdateInput, responses=OpenApiTypes.OBJECT)
     def partial_update(self, request: Request, pk: str) -> Response:

@@ -3,7 +3,9 @@
 1. Take the per-thread Redis lock (never wait: the holder drains the inbox anyway) and
    the next fence; a heartbeat renews the lock and relays stop/terminate signals.
 2. If the previous holder died mid-flow, close its open calls and resume its side.
-3. Run flows while the inbox has work and the thread is neither stopped nor terminated.
+3. Run the waiting turns, one flow each, while the thread is neither stopped nor terminated
+   (a turn its dead worker left running is resumed first, or ended when a stop, cancel or
+   terminate was asked of it).
 4. Release the lock and re-enqueue when a wake-up came while it was held: a wake-up that
    finds the lock taken leaves the holder a note, in the same Redis script (no lost
    wake-ups, and no database read when none came).
@@ -16,23 +18,18 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import connection, transaction
 
 from agents.providers.base import AbortSignal
-from threads.models import Message, MessageRole, QueuedWork, Thread, ThreadStatus
+from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread, Turn
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.runtime.stops import StopReason
-from threads.services.control import stop_finalize
-from threads.services.fence import (
-    StaleFence,
-    fence_retire,
-    fence_take,
-    thread_fenced_update,
-    thread_refresh,
-)
-from threads.services.inbox import work_discard
+from threads.services.control import active_turn, cancel_close, stop_close
+from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
+from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
+from threads.services.status import thread_rest, turn_fail_crashed, turn_finish
 
 logger = logging.getLogger(__name__)
 
@@ -111,50 +108,88 @@ def _run_flows(
     *,
     pending: bool,
 ) -> None:
-    """Precondition: ``thread`` and ``pending`` are as :func:`fence_take` read them."""
-    resume = _recover(thread, fence)
+    """Run the thread's turns, one flow each, until none waits. Precondition: ``thread``
+    and ``pending`` are as :func:`fence_take` read them."""
     flow: Flow | None = None
     while not abort.is_set:
         if flow is not None:
             ended = flow.pending_after
             pending = thread_refresh(thread=thread) if ended is None else ended
-        if thread.terminated_at is not None:
-            work_discard(thread=thread)
+        turn = active_turn(thread=thread)
+        if thread.terminated_at is not None or thread.stop_requested:
+            if turn is not None:
+                _end_interrupted(thread, fence, turn)
             return
-        if thread.stop_requested:
-            if thread.status != ThreadStatus.STOPPED:
-                stop_finalize(thread=thread, fence=fence)
-            return
-        if resume is None and not pending:
-            if not result.reasons and thread.status == ThreadStatus.QUEUED:
-                thread_fenced_update(thread=thread, fence=fence, status=ThreadStatus.IDLE)
+        resume: Side | None = None
+        if turn is not None:
+            if turn.cancel_requested:
+                _end_interrupted(thread, fence, turn)
+                continue
+            resume = _recover(thread, fence, turn)
+        elif pending:
+            turn = _next_turn(thread)
+        if turn is None:
+            if thread.status == RunStatus.QUEUED:
+                thread_rest(thread=thread, fence=fence, rest=thread.rest_status)
             return
         try:
-            flow = Flow(thread, fence=fence, runtime=runtime, abort=abort, resume_side=resume)
+            flow = Flow(
+                thread, fence=fence, runtime=runtime, abort=abort, turn=turn, resume_side=resume
+            )
             reason = flow.run()
         except StaleFence:
             raise
-        except Exception:
-            # A bug or a broken definition: the thread shows "failed" and waits for a new
-            # message or continue instead of being retried in a loop.
-            logger.exception("thread %s: the flow failed", thread.pk)
-            thread_fenced_update(
-                thread=thread, fence=fence, status=ThreadStatus.FAILED, acting_side=""
+        except Exception as error:
+            # A bug or a broken definition: the turn and the thread show "failed" and wait
+            # for a new request instead of being retried in a loop.
+            logger.exception("thread %s: the flow of turn %s failed", thread.pk, turn.pk)
+            turn_fail_crashed(
+                thread=thread, fence=fence, turn=turn, error=f"{type(error).__name__}: {error}"
             )
             reason = StopReason.STEP_ERROR
-        resume = None
+            flow = None
         result.reasons.append(reason)
         if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED, StopReason.STEP_ERROR):
             return
 
 
-def _recover(thread: Thread, fence: int) -> Side | None:
-    """After a worker died mid-flow (the thread still says running): close its open calls
-    and return the side to resume, or None when its turn had ended."""
-    if thread.status != ThreadStatus.RUNNING and not thread.acting_side:
-        return None
-    logger.warning("thread %s: taking over a flow whose worker stopped", thread.pk)
-    close_unanswered_calls(thread=thread, fence=fence, reason=INTERRUPTED)
+def _next_turn(thread: Thread) -> Turn | None:
+    return (
+        Turn.objects.filter(thread_id=thread.pk, host__isnull=True, status=RunStatus.QUEUED)
+        .order_by("position")
+        .first()
+    )
+
+
+def _end_interrupted(thread: Thread, fence: int, turn: Turn) -> None:
+    """A turn whose worker died while a stop, cancel or terminate was asked of it: close it
+    as its flow would have, and end it ``cancelled``."""
+    with transaction.atomic():
+        if thread.terminated_at is not None:
+            reason = StopReason.TERMINATED
+            close_unanswered_calls(thread=thread, fence=fence, reason="Thread terminated")
+        elif thread.stop_requested:
+            reason = StopReason.ABORTED_BY_USER
+            stop_close(thread=thread, fence=fence)
+        else:
+            reason = StopReason(cancel_close(thread=thread, fence=fence, turn=turn))
+        turn_finish(
+            thread=thread, fence=fence, turn=turn, status=RunStatus.CANCELLED,
+            rest=RunStatus.CANCELLED, outcome=str(reason),
+        )  # fmt: skip
+
+
+def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
+    """After a worker died mid-turn (its turn still says running): close its open calls
+    and return the side to resume, or None when its step had ended."""
+    logger.warning("thread %s: taking over a turn whose worker stopped", thread.pk)
+    with transaction.atomic():
+        close_unanswered_calls(thread=thread, fence=fence, reason=INTERRUPTED)
+        log_create(
+            thread=thread, kind="incident", fence=fence,
+            data={"incident": "takeover", "turn_id": str(turn.pk), "fence": fence,
+                  "detail": "the worker running this turn stopped; another took it over"},
+        )  # fmt: skip
     if thread.acting_side in ("a", "b"):
         side: Side = "a" if thread.acting_side == "a" else "b"
         return side
@@ -178,19 +213,19 @@ def _wake(thread_id: uuid.UUID | str, tenant_id: uuid.UUID | str) -> None:
 
 
 def threads_sweep() -> int:
-    """Re-enqueue threads that have inbox work or a flow marked running, and no live lock
-    holder (a crashed worker, a lost broker message). Returns how many were woken. A
-    failed or stopped thread is left alone: it waits for a new message."""
+    """Re-enqueue threads that have waiting turns (not parked by a stop) or a turn marked
+    running, and no live lock holder (a crashed worker, a lost broker message). Returns how
+    many were woken."""
 
-    waiting = QueuedWork.objects.filter(
-        consumed_at__isnull=True,
-        thread__status__in=[ThreadStatus.QUEUED, ThreadStatus.RUNNING],
+    waiting = Turn.objects.filter(
+        status=RunStatus.QUEUED,
+        host__isnull=True,
         thread__stop_requested=False,
         thread__terminated_at__isnull=True,
     ).values_list("thread_id", "tenant_id")
-    running = Thread.objects.filter(
-        status=ThreadStatus.RUNNING, terminated_at__isnull=True
-    ).values_list("id", "tenant_id")
+    running = Turn.objects.filter(status__in=TURN_ACTIVE, host__isnull=True).values_list(
+        "thread_id", "tenant_id"
+    )
     candidates = dict(waiting.distinct()[:SWEEP_BATCH]) | dict(running[:SWEEP_BATCH])
     woken = 0
     for thread_id, tenant_id in candidates.items():

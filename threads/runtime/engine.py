@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,19 +41,19 @@ from agents.registry import HookName, ToolResult
 from common.errors import Conflict
 from common.ids import new_id
 from common.time import now_us
-from threads.events import TURN_END_EVENTS, Outbox
-from threads.models import Message, MessageStatus, QueuedWork, Thread, WorkKind
+from threads.events import Outbox
+from threads.models import Message, MessageStatus, Thread, Turn, TurnKind
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
 from threads.runtime.hooks import HookBlocked, Hooks
-from threads.runtime.records import CallTimer, model_log_data, tool_log_data
+from threads.runtime.records import CallTimer, TurnUsage, model_log_data, tool_log_data
 from threads.runtime.stops import (
     RepeatedErrors,
     StopReason,
     global_cap,
     session_stop_reason,
-    status_after,
     turn_end,
+    turn_outcome,
 )
 from threads.runtime.tools import (
     FlowAborted,
@@ -64,10 +65,9 @@ from threads.runtime.tools import (
 )
 from threads.services import logs
 from threads.services.attachments import attachment_at
-from threads.services.control import stop_finalize
+from threads.services.control import cancel_close, stop_close
 from threads.services.env import EnvResolver
-from threads.services.fence import flow_rest, thread_fenced_update
-from threads.services.inbox import work_take
+from threads.services.fence import thread_fenced_update
 from threads.services.messages import (
     history_json,
     message_delete,
@@ -76,6 +76,7 @@ from threads.services.messages import (
     message_json,
 )
 from threads.services.recovery import close_unanswered_calls
+from threads.services.status import turn_finish, turn_inputs_take, turn_retrying
 from threads.state import ExecutionState, ThreadState
 
 logger = logging.getLogger(__name__)
@@ -125,13 +126,16 @@ class Flow:
         fence: int,
         runtime: Runtime,
         abort: AbortSignal,
+        turn: Turn,
         resume_side: Side | None = None,
     ) -> None:
         self.thread = thread
+        self.turn = turn
         self.fence = fence
         self.runtime = runtime
         self.flow_id = str(new_id())
-        self.outbox = Outbox(thread, turn_id=self.flow_id, flow_id=self.flow_id)
+        self.outbox = Outbox(thread, turn_id=str(turn.pk), flow_id=self.flow_id)
+        self.usage = TurnUsage()
         self.execution = ExecutionState(flow_id=self.flow_id, abort_signal=abort)
         self.defs = FlowDefinitions(
             tenant=thread.tenant,
@@ -156,12 +160,15 @@ class Flow:
         return self.execution.abort_signal.is_set
 
     def run(self) -> StopReason:
-        """Run until a stop condition; returns the reason. StaleFence propagates (the
-        thread belongs to another worker now: nothing more may be written)."""
+        """Run the turn until a stop condition and end it; returns the reason. StaleFence
+        propagates (the thread belongs to another worker now: nothing more may be written)."""
         started = now_us()
+        resumed = {"resumed": True} if self.resume_side is not None else {}
         self.publish(
-            "turn.started", {"flow_id": self.flow_id, "fence": self.fence, "turn_id": self.flow_id}
+            "turn.started",
+            {"fence": self.fence, "turn_id": str(self.turn.pk), **resumed},
         )
+        error, error_code = "", None
         try:
             reason = self._loop()
         except FlowAborted:
@@ -169,7 +176,7 @@ class Flow:
             reason = self._finish_abort()
         except HookBlocked as blocked:
             logger.info("flow %s: %s", self.flow_id, blocked)
-            reason = StopReason.HOOK_BLOCKED
+            reason, error = StopReason.HOOK_BLOCKED, str(blocked)
         except StepFailed as failed:
             self.create_message(
                 role="system",
@@ -177,25 +184,20 @@ class Flow:
                 silent=True,
                 metadata={"flow_id": self.flow_id, "error_code": failed.error.code},
             )
-            reason = StopReason.STEP_ERROR
-        human = self._human("b")
-        # The flow's end commits as one: status, its log and their events.
+            reason, error = StopReason.STEP_ERROR, failed.error.message
+            error_code = _error_code(failed.error)
+        status, rest = turn_outcome(reason, human_side=self._human("b"), error_code=error_code)
+        # The turn's end commits as one: its status, the thread's, the flow's log, the events.
         with self.outbox.batch():
-            self.pending_after = flow_rest(
-                thread=self.thread, fence=self.fence, status=status_after(reason, human_side=human)
-            )
-            self.publish("thread.status", {"status": self.thread.status, "reason": str(reason)})
+            self.pending_after = turn_finish(
+                thread=self.thread, fence=self.fence, turn=self.turn, status=status, rest=rest,
+                outcome=str(reason), error=error, usage=self.usage.summary(), outbox=self.outbox,
+            )  # fmt: skip
             logs.log_create(
                 thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
-                data={"flow_id": self.flow_id, "fence": self.fence, "reason": str(reason),
-                      "started_at": started, "ended_at": now_us(),
+                data={"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
+                      "reason": str(reason), "started_at": started, "ended_at": now_us(),
                       "steps": self.execution.step_count, "agent": self.agent.name},
-            )  # fmt: skip
-            ended = TURN_END_EVENTS.get(str(self.thread.status), TURN_END_EVENTS["completed"])
-            self.publish(
-                ended,
-                {"flow_id": self.flow_id, "reason": str(reason), "turn_id": self.flow_id,
-                 "status": self.thread.status},
             )  # fmt: skip
         return reason
 
@@ -260,8 +262,10 @@ class Flow:
         # Taking items and storing their messages commit together: a worker that dies in
         # between leaves the items in the inbox, never consumed without their messages.
         with self.outbox.batch():
-            works = work_take(thread=self.thread, fence=self.fence, outbox=self.outbox)
-            messages = [work.payload for work in works if work.kind == WorkKind.MESSAGE]
+            works = turn_inputs_take(
+                thread=self.thread, fence=self.fence, turn=self.turn, outbox=self.outbox
+            )
+            messages = [work.payload for work in works if work.kind == TurnKind.MESSAGE]
             hooks = self._hooks(self._side_prompt("a")) if messages else None
             for payload in messages:
                 role = payload["role"]
@@ -278,7 +282,7 @@ class Flow:
         tools = [
             (work.payload["name"], dict(work.payload.get("args") or {}), f"queued_{work.id}")
             for work in works
-            if work.kind == WorkKind.TOOL
+            if work.kind == TurnKind.TOOL
         ]
         if tools:
             self._run_queued_tools(tools)
@@ -410,7 +414,7 @@ class Flow:
                 metadata={"flow_id": self.flow_id, "prompt": prompt.name},
                 acting_side=acting if parent is None else None,
             )  # fmt: skip
-            timer = CallTimer(pending, self.publish)
+            timer = CallTimer(pending, self.publish, on_retry=self._retrying)
         request = ProviderRequest(
             messages=messages,
             tools=[tool.spec for tool in tools.values()],
@@ -431,7 +435,10 @@ class Flow:
                 provider_factory=self.runtime.provider_factory,
             )  # fmt: skip
         except ProviderAborted:
-            self._discard(pending)
+            aborted = ProviderError("the call was aborted by a stop, cancel or terminate")
+            with self.outbox.batch():
+                self.log_model(prompt, spec, timer, None, error=aborted, aborted=True)
+                self._discard(pending)
             raise FlowAborted from None
         except ProviderError as error:
             with self.outbox.batch():
@@ -442,6 +449,7 @@ class Flow:
                 )  # fmt: skip
                 self.log_model(prompt, spec, timer, None, error=error)
             raise StepFailed(error) from error
+        self._retrying(False)
         self._checkpoint(pending)
         response = result.response
         content = self._stop_tool_content(stop_side, response)
@@ -554,16 +562,23 @@ class Flow:
     # Stop and abort ----------------------------------------------------------------------------
 
     def _finish_abort(self) -> StopReason:
-        """A stop or terminate fired: close what the flow left open (spec DIGEST §18.5)."""
+        """A stop, cancel or terminate fired: close what the turn left open (spec DIGEST
+        §18.5) as its cause says. An abort with no cause recorded (``execution.stop()``)
+        closes as a user stop."""
         self.thread.refresh_from_db(fields=["terminated_at", "stop_requested"])
         if self.thread.terminated_at is not None:
             close_unanswered_calls(
                 thread=self.thread, fence=self.fence, reason="Thread terminated", outbox=self.outbox
             )
             return StopReason.TERMINATED
-        stop_finalize(
-            thread=self.thread, fence=self.fence, flow_id=self.flow_id, outbox=self.outbox
-        )
+        if not self.thread.stop_requested:
+            self.turn.refresh_from_db(fields=["cancel_requested"])
+            if self.turn.cancel_requested:
+                outcome = cancel_close(
+                    thread=self.thread, fence=self.fence, turn=self.turn, outbox=self.outbox
+                )
+                return StopReason(outcome)
+        stop_close(thread=self.thread, fence=self.fence, flow_id=self.flow_id, outbox=self.outbox)
         return StopReason.ABORTED_BY_USER
 
     def _checkpoint(self, pending: Message | None = None) -> None:
@@ -618,9 +633,13 @@ class Flow:
         *,
         error: ProviderError | None = None,
         attempts: Sequence[FailedAttempt] = (),
+        aborted: bool = False,
     ) -> None:
         data = model_log_data(spec, timer, response, error=error, attempts=attempts)
         data.update(self._log_context(), prompt=prompt.name)
+        if aborted:
+            data["aborted"] = True
+        self.usage.add(data)
         logs.log_create(
             thread=self.thread, kind="llm", data=data, message=timer.message, fence=self.fence,
             outbox=self.outbox,
@@ -634,16 +653,25 @@ class Flow:
         duration_ms: float,
         *,
         kind: str | None,
+        log_id: uuid.UUID | None = None,
     ) -> None:
         data = {**self._log_context(), **tool_log_data(call, result, duration_ms, kind=kind)}
         logs.log_create(
             thread=self.thread, kind="tool", data=data, message=stored, fence=self.fence,
+            outbox=self.outbox, id=log_id,
+        )  # fmt: skip
+
+    def _retrying(self, retrying: bool = True) -> None:
+        """A retry or fallback of the model call began (or the call answered)."""
+        turn_retrying(
+            thread=self.thread, fence=self.fence, turn=self.turn, retrying=retrying,
             outbox=self.outbox,
         )  # fmt: skip
 
     def _log_context(self) -> dict[str, Any]:
         execution = self.execution
-        return {"flow_id": self.flow_id, "fence": self.fence, "step": execution.step_count,
+        return {"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
+                "step": execution.step_count,
                 "side": execution.current_side}  # fmt: skip
 
     # ThreadState and definitions ---------------------------------------------------------------
@@ -763,15 +791,21 @@ class Flow:
         return lookup
 
 
-def _first_side(works: Sequence[QueuedWork]) -> Side | None:
+def _error_code(error: ProviderError) -> str:
+    """A failed call's code; a chain whose every attempt had the same code has that one."""
+    codes = {attempt.code for attempt in getattr(error, "attempts", ())}
+    return codes.pop() if len(codes) == 1 else error.code
+
+
+def _first_side(works: Sequence[Turn]) -> Side | None:
     """The side the first drained item calls on: a message from the assistant calls on B,
     any other message or a queued tool on A, a continue on the side it names."""
     for work in works:
-        if work.kind == WorkKind.MESSAGE:
+        if work.kind == TurnKind.MESSAGE:
             return "b" if work.payload["role"] == "assistant" else "a"
-        if work.kind == WorkKind.TOOL:
+        if work.kind == TurnKind.TOOL:
             return "a"
-        if work.kind == WorkKind.CONTINUE:
+        if work.kind == TurnKind.CONTINUE:
             return "b" if work.payload.get("side") == "b" else "a"
     return None
 

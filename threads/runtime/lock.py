@@ -49,7 +49,7 @@ Id: TypeAlias = UUID | str
 LOCK_TTL_MS: Final = 15_000
 RENEW_EVERY_MS: Final = LOCK_TTL_MS // 3
 CONTROL_TTL_MS: Final = 60_000
-CONTROL_SIGNALS: Final = frozenset({"stop", "terminate"})
+CONTROL_SIGNALS: Final = frozenset({"stop", "terminate", "cancel"})
 
 # A stalled call fails well inside LOCK_TTL_MS, so the heartbeat can retry and still notice
 # in time that the lock is lost.

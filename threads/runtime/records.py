@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agents.providers.base import (
+    NO_USAGE,
     ContentDelta,
     ModelSpec,
     ProviderError,
@@ -14,7 +15,7 @@ from agents.providers.base import (
     ReasoningDelta,
     ToolCall,
 )
-from agents.providers.chain import ChainChunk, FailedAttempt
+from agents.providers.chain import ChainChunk, FailedAttempt, RetryStarted
 from agents.registry import ToolResult
 from common.time import now_us
 from threads.models import Message
@@ -24,9 +25,16 @@ class CallTimer:
     """Latency and time to first token of one model call; relays deltas as events (not
     persisted) through ``publish``."""
 
-    def __init__(self, message: Message, publish: Callable[[str, Mapping[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        message: Message,
+        publish: Callable[[str, Mapping[str, Any]], None],
+        *,
+        on_retry: Callable[[], None] | None = None,
+    ) -> None:
         self.message = message
         self.publish = publish
+        self.on_retry = on_retry
         self.started_at = now_us()
         self._start = time.perf_counter()
         self.first_token_ms: float | None = None
@@ -37,6 +45,8 @@ class CallTimer:
         return round((time.perf_counter() - self._start) * 1000, 3)
 
     def on_chunk(self, chunk: ChainChunk) -> None:
+        if isinstance(chunk, RetryStarted) and self.on_retry is not None:
+            self.on_retry()
         if isinstance(chunk, ContentDelta | ReasoningDelta):
             if self.first_token_ms is None:
                 self.first_token_ms = self.elapsed_ms()
@@ -57,17 +67,20 @@ def model_log_data(
     attempts: Sequence[FailedAttempt] = (),
 ) -> dict[str, Any]:
     """A model call's log: who answered, tokens, latency, time to first token, cost from the
-    answering model's prices (None without them), finish reason, error, failed attempts."""
+    answering model's prices (None without them), finish reason, error, failed attempts.
+    Token counts the provider did not report are None, never 0."""
     usage = response.usage if response is not None else None
+    if usage == NO_USAGE:
+        usage = None  # providers report usage with at least the prompt's tokens
     cost = spec.prices.cost(usage) if usage is not None else None
     return {
         "model": spec.name, "model_id": spec.model_id,
         "provider": response.provider if response is not None else spec.kind,
-        "input_tokens": usage.prompt_tokens if usage else 0,
-        "cached_tokens": usage.cached_tokens if usage else 0,
-        "output_tokens": usage.completion_tokens if usage else 0,
-        "reasoning_tokens": usage.reasoning_tokens if usage else 0,
-        "total_tokens": usage.total_tokens if usage else 0,
+        "input_tokens": usage.prompt_tokens if usage else None,
+        "cached_tokens": usage.cached_tokens if usage else None,
+        "output_tokens": usage.completion_tokens if usage else None,
+        "reasoning_tokens": usage.reasoning_tokens if usage else None,
+        "total_tokens": usage.total_tokens if usage else None,
         "latency_ms": timer.elapsed_ms(),
         "time_to_first_token_ms": timer.first_token_ms,
         "cost_usd": float(cost) if cost is not None else None,
@@ -88,3 +101,31 @@ def tool_log_data(
         "arguments": call.arguments, "status": result.status, "error": result.error,
         "duration_ms": duration_ms,
     }  # fmt: skip
+
+
+_SUMMED = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
+
+
+class TurnUsage:
+    """A turn's usage: tokens and cost summed over its model calls' log data. A figure any
+    call did not report is None (unknown), never a partial sum."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.totals: dict[str, float | None] = dict.fromkeys(_SUMMED, 0)
+
+    def add(self, data: Mapping[str, Any]) -> None:
+        self.calls += 1
+        for name in _SUMMED:
+            value, total = data.get(name), self.totals[name]
+            self.totals[name] = None if value is None or total is None else total + value
+
+    def summary(self) -> dict[str, Any] | None:
+        """``{model_calls, input_tokens, output_tokens, total_tokens, cost_usd}``; None when
+        the turn called no model."""
+        if not self.calls:
+            return None
+        summary: dict[str, Any] = {"model_calls": self.calls, **self.totals}
+        if summary["cost_usd"] is not None:
+            summary["cost_usd"] = round(summary["cost_usd"], 10)
+        return summary

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from agents.documents import AgentDoc, SideConfig, binding_name
 from agents.providers.base import ToolCall
+from threads.models import RunStatus
 from threads.runtime.tools import ToolOutcome
 
 GLOBAL_STEP_CAP = 250
@@ -31,18 +32,51 @@ class StopReason(StrEnum):
     FORCED_HUMAN_TURN = "forced_human_turn"
     AWAITING_HUMAN = "awaiting_human"
     TERMINATED = "terminated"
+    CANCELLED = "cancelled"  # POST /turns/{id}/cancel
+    INTERRUPTED = "interrupted"  # a turn submitted with multitask_strategy=interrupt
+    ROLLED_BACK = "rolled_back"  # ... with multitask_strategy=rollback
     IDLE = "idle"  # the flow found nothing to do
 
 
-def status_after(reason: StopReason, *, human_side: bool) -> str:
-    """The thread status once a flow ended with ``reason``."""
-    if reason == StopReason.ABORTED_BY_USER:
-        return "stopped"
-    if reason == StopReason.TERMINATED:
-        return "terminated"
-    if reason == StopReason.STEP_ERROR:
-        return "failed"
-    return "waiting_input" if human_side else "idle"
+_CANCELLED = frozenset(
+    {
+        StopReason.ABORTED_BY_USER,
+        StopReason.TERMINATED,
+        StopReason.CANCELLED,
+        StopReason.INTERRUPTED,
+        StopReason.ROLLED_BACK,
+    }
+)
+# A limit or a failure ended the work before its agent declared it done.
+_FAILED = frozenset(
+    {
+        StopReason.STEP_ERROR,
+        StopReason.HOOK_BLOCKED,
+        StopReason.SESSION_FAIL,
+        StopReason.MAX_SIDE_STEPS,
+        StopReason.MAX_TOTAL_STEPS,
+        StopReason.REPEATED_TOOL_ERROR,
+    }
+)
+# The provider error code of a model call that has no credential (the turn is blocked).
+MISSING_CREDENTIAL = "provider_no_api_key"
+
+
+def turn_outcome(
+    reason: StopReason, *, human_side: bool, error_code: str | None = None
+) -> tuple[RunStatus, RunStatus]:
+    """The status a turn ends in for ``reason``, and the status its thread then rests in:
+    cancelled for stops, cancels and terminates; ``blocked`` when a model has no API key;
+    failed for errors and limits; otherwise completed (the thread ``waiting_input`` when the
+    human side is next)."""
+    if reason in _CANCELLED:
+        return RunStatus.CANCELLED, RunStatus.CANCELLED
+    if reason == StopReason.STEP_ERROR and error_code == MISSING_CREDENTIAL:
+        return RunStatus.BLOCKED, RunStatus.BLOCKED
+    if reason in _FAILED:
+        return RunStatus.FAILED, RunStatus.FAILED
+    rest = RunStatus.WAITING_INPUT if human_side else RunStatus.COMPLETED
+    return RunStatus.COMPLETED, rest
 
 
 def global_cap(agent: AgentDoc) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from agents.providers.base import ToolCall
 from agents.registry import HookName, ToolEntry, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import DomainError
+from common.ids import new_id
+from threads.events import INLINE_LIMIT
 from threads.models import Message
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.hooks import Hooks
@@ -120,7 +123,11 @@ class ToolRunner:
         self, call: ToolCall, *, issuer: Message, forced: ResolvedTool | None = None
     ) -> ToolOutcome:
         self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
-        self.flow.publish("tool.started", {"tool_call_id": call.id, "name": call.name})
+        log_id = new_id()
+        self.flow.publish(
+            "tool.started", {"tool_call_id": call.id, "name": call.name,
+                             **self._arguments_or_ref(call, log_id)},
+        )  # fmt: skip
         started = time.perf_counter()
         resolved = forced or self.tools.get(call.name)
         result = self._execute(call, resolved, issuer)
@@ -141,9 +148,17 @@ class ToolRunner:
         self.hooks.notify(HookName.TOOL_CALL_DONE, call_json(call), result)
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         self.flow.log_tool(
-            call, result, stored, duration_ms, kind=resolved.kind if resolved else None
-        )
+            call, result, stored, duration_ms, kind=resolved.kind if resolved else None,
+            log_id=log_id,
+        )  # fmt: skip
         return ToolOutcome(call, result, stored)
+
+    def _arguments_or_ref(self, call: ToolCall, log_id: uuid.UUID) -> dict[str, Any]:
+        """``tool.started`` carries the arguments, or above ``INLINE_LIMIT`` bytes of JSON a
+        reference to the call's log row, which holds them once the call ends."""
+        if len(json.dumps(call.arguments, default=str)) <= INLINE_LIMIT:
+            return {"arguments": call.arguments}
+        return {"arguments_ref": f"/api/v1/threads/{self.flow.thread.pk}/logs/{log_id}"}
 
     # Executing -----------------------------------------------------------------------------
 

@@ -1,56 +1,124 @@
-"""Stopping and terminating threads (spec DIGEST §18.5, runtime §10).
+"""Stopping threads and cancelling turns (spec DIGEST §18.5, runtime §10; interrupt_turn).
 
 A stop sets the thread's persistent ``stop_requested`` flag and signals the lock holder,
-whose flow aborts its model call at once. When no flow runs, the caller takes the lock
-itself and closes the thread's open calls. Only a new user message lifts a stop.
-Terminate is soft: the thread refuses new work (409) and in-flight work is aborted.
+whose flow aborts its model call at once and ends its turn ``cancelled``; waiting turns stay
+parked until a new user message lifts the stop. When no flow runs but a turn is marked
+running (its worker died), the caller takes the lock and ends the turn itself. Stopping a
+thread with nothing running or waiting changes nothing.
+
+A cancel (``POST /turns/{id}/cancel``, or a turn submitted with ``interrupt`` or
+``rollback``) ends one turn: a waiting turn at once, a running one through its flow as a stop
+does, without parking the turns behind it. Terminate is soft: the thread refuses new work
+(409), waiting turns are cancelled and the running one is aborted.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from django.db import transaction
 
 from common.time import now_us
 from threads.events import Outbox, publish
-from threads.models import Thread, ThreadStatus
+from threads.models import TURN_ACTIVE, TURN_TERMINAL, Message, RunStatus, Thread, Turn
 from threads.runtime.lock import control_send, lock_acquire
-from threads.services.fence import fence_acquire, fence_check, thread_fenced_update
-from threads.services.inbox import terminated_error, work_discard
-from threads.services.messages import message_inject
+from threads.services.fence import fence_acquire, fence_check
+from threads.services.inbox import terminated_error, turn_cancel_request
+from threads.services.messages import message_delete, message_inject
 from threads.services.recovery import close_unanswered_calls
+from threads.services.status import (
+    thread_rest,
+    thread_settle,
+    turn_finish,
+    turns_cancel_waiting,
+)
 
 STOPPED_BY_USER = "Execution stopped by user"
+# What a cancelled turn's open calls and closing message say, by cancel mode.
+CANCEL_TEXT = {
+    "cancel": "Turn cancelled by user",
+    "interrupt": "Turn interrupted by a newer turn",
+}
+# The outcome (stop reason) a cancelled turn records, by cancel mode.
+CANCEL_OUTCOME = {"cancel": "cancelled", "interrupt": "interrupted", "rollback": "rolled_back"}
 
 
 def _signal(thread: Thread, signal: str) -> None:
     control_send(tenant_id=thread.tenant_id, thread_id=thread.pk, signal=signal)
 
 
-def thread_stop(*, thread: Thread) -> None:
-    """POST .../stop. The running flow (if any) aborts and closes itself; otherwise this
-    closes the thread's open calls and adds ``Execution stopped by user``. Conflict on a
-    terminated thread."""
+def active_turn(*, thread: Thread) -> Turn | None:
+    """The turn a flow runs (or ran, when its worker died), if any."""
+    return Turn.objects.filter(
+        thread_id=thread.pk, host__isnull=True, status__in=TURN_ACTIVE
+    ).first()
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What a stop did: the running turn it stopped, or how many waiting turns it parked."""
+
+    stopped_turn: Turn | None
+    parked: int
+
+
+def thread_stop(*, thread: Thread) -> StopResult:
+    """POST .../stop. The running turn (if any) aborts and ends ``cancelled`` with its open
+    calls closed and ``Execution stopped by user`` added; waiting turns are parked. A no-op
+    (no flag, no message, no event) on a thread with nothing running or waiting. Conflict on
+    a terminated thread."""
     with transaction.atomic():
         locked = fence_check(thread=thread, fence=None)
         if locked.terminated_at is not None:
             raise terminated_error()
+        running = active_turn(thread=thread)
+        parked = Turn.objects.filter(
+            thread_id=thread.pk, host__isnull=True, status=RunStatus.QUEUED
+        ).count()
+        if running is None and parked == 0:
+            return StopResult(None, 0)
         Thread.objects.filter(pk=thread.pk).update(stop_requested=True, updated_at=now_us())
-        transaction.on_commit(lambda: _signal(thread, "stop"))
+        thread.stop_requested = True
+        if running is not None:
+            transaction.on_commit(lambda: _signal(thread, "stop"))
+    if running is not None:
+        _finish_without_flow(thread)
+    return StopResult(running, parked)
+
+
+def _finish_without_flow(thread: Thread) -> None:
+    """When no worker holds the thread (its flow's worker died), end its running turn here
+    as the flow would have; otherwise the flow got the signal and does it."""
     lock = lock_acquire(tenant_id=thread.tenant_id, thread_id=thread.pk)
     if lock is None:
-        return  # a flow runs: it sees the signal and finishes the stop itself
+        return  # a flow runs: it sees the signal and ends the turn itself
     try:
-        fence, _pending = fence_acquire(thread=thread)
-        stop_finalize(thread=thread, fence=fence)
+        fence, _waiting = fence_acquire(thread=thread)
+        turn = active_turn(thread=thread)
+        if turn is None:
+            return
+        with transaction.atomic():
+            if thread.terminated_at is not None:
+                reason = "terminated"
+                close_unanswered_calls(thread=thread, fence=fence, reason="Thread terminated")
+            elif thread.stop_requested:
+                reason = "aborted_by_user"
+                stop_close(thread=thread, fence=fence)
+            else:
+                reason = cancel_close(thread=thread, fence=fence, turn=turn)
+            turn_finish(
+                thread=thread, fence=fence, turn=turn, status=RunStatus.CANCELLED,
+                rest=RunStatus.CANCELLED, outcome=reason,
+            )  # fmt: skip
     finally:
         lock.release()
 
 
-def stop_finalize(
+def stop_close(
     *, thread: Thread, fence: int, flow_id: str | None = None, outbox: Outbox | None = None
 ) -> None:
-    """Close open calls, add the stop message, mark the thread stopped, as one transaction
-    with their events. Precondition: the caller holds the thread's lock with ``fence``."""
+    """Close what a stopped turn left open and add the stop message, as one transaction with
+    their events. Precondition: the caller holds the thread's lock with ``fence``."""
     metadata = {"status_kind": "stopped_by_user", **({"flow_id": flow_id} if flow_id else {})}
     with transaction.atomic():
         close_unanswered_calls(thread=thread, fence=fence, reason=STOPPED_BY_USER, outbox=outbox)
@@ -58,28 +126,67 @@ def stop_finalize(
             thread=thread, role="system", content=STOPPED_BY_USER, metadata=metadata,
             fence=fence, outbox=outbox,
         )  # fmt: skip
-        thread_fenced_update(
-            thread=thread, fence=fence, status=ThreadStatus.STOPPED, acting_side=""
-        )
-        publish(
-            thread, "thread.status",
-            {"status": ThreadStatus.STOPPED, "reason": "aborted_by_user"}, outbox=outbox,
-        )  # fmt: skip
+
+
+def cancel_close(*, thread: Thread, fence: int, turn: Turn, outbox: Outbox | None = None) -> str:
+    """Close a cancelled turn as its cancel mode says and return the outcome to record:
+    ``cancel`` and ``interrupt`` close its open calls and add a system message (what it
+    wrote stays); ``rollback`` deletes every message it wrote. Precondition: the caller
+    holds the thread's lock with ``fence``."""
+    mode = turn.cancel_requested or "cancel"
+    with transaction.atomic():
+        if mode == "rollback":
+            written = Message.objects.filter(thread_id=thread.pk, turn_id=turn.pk)
+            for message_id in written.order_by("-seq").values_list("id", flat=True):
+                message_delete(thread=thread, message_id=message_id, fence=fence, outbox=outbox)
+        else:
+            text = CANCEL_TEXT.get(mode, CANCEL_TEXT["cancel"])
+            close_unanswered_calls(thread=thread, fence=fence, reason=text, outbox=outbox)
+            message_inject(
+                thread=thread, role="system", content=text, fence=fence, outbox=outbox,
+                metadata={"status_kind": f"turn_{CANCEL_OUTCOME[mode]}", "turn_id": str(turn.pk)},
+            )  # fmt: skip
+    return CANCEL_OUTCOME[mode]
+
+
+def turn_cancel(*, thread: Thread, turn: Turn) -> Turn:
+    """interrupt_turn (``POST /turns/{id}/cancel``): a waiting turn ends ``cancelled`` at once;
+    a running one is aborted and closed (what it wrote stays); a finished one is left as it
+    is. Idempotent. Returns the turn as it stands."""
+    with transaction.atomic():
+        fence_check(thread=thread, fence=None)
+        turn.refresh_from_db()
+        if turn.status in TURN_TERMINAL:
+            return turn
+        if turn.status == RunStatus.QUEUED:
+            turns_cancel_waiting(thread=thread, turn_ids=[turn.pk])
+            thread_settle(thread=thread)
+            turn.refresh_from_db()
+            return turn
+        if not turn.cancel_requested:
+            turn_cancel_request(thread=thread, turn=turn, mode="cancel")
+    _finish_without_flow(thread)
+    turn.refresh_from_db()
+    return turn
 
 
 def thread_terminate(*, thread: Thread) -> bool:
-    """Soft-terminate: set ``terminated_at``, drop queued work, abort the running flow.
+    """Soft-terminate: set ``terminated_at``, cancel waiting turns, abort the running one.
     Idempotent; returns False when the thread was already terminated."""
     with transaction.atomic():
         locked = fence_check(thread=thread, fence=None)
         if locked.terminated_at is not None:
             return False
         now = now_us()
-        Thread.objects.filter(pk=thread.pk).update(
-            terminated_at=now, status=ThreadStatus.TERMINATED, updated_at=now
-        )
-        thread.terminated_at, thread.status = now, ThreadStatus.TERMINATED
-        work_discard(thread=thread)
-        transaction.on_commit(lambda: _signal(thread, "terminate"))
+        Thread.objects.filter(pk=thread.pk).update(terminated_at=now, updated_at=now)
+        thread.terminated_at = now
+        turns_cancel_waiting(thread=thread, outcome="terminated")
+        running = active_turn(thread=thread)
+        if running is None:
+            thread_rest(thread=thread, fence=None, rest=RunStatus.CANCELLED, reason="terminated")
+        else:
+            transaction.on_commit(lambda: _signal(thread, "terminate"))
         publish(thread, "thread.terminated", {"id": str(thread.pk), "terminated_at": now})
+    if running is not None:
+        _finish_without_flow(thread)
     return True

@@ -18,31 +18,25 @@ from django.db.models import F
 from common.errors import Conflict
 from common.time import now_us
 from tenancy.models import Tenant
-from threads.models import Thread, ThreadStatus
+from threads.models import Thread
 
 # Literal SQL (the table is threads_thread): these run on every write of a flow, so they
 # skip the ORM.
 
-# Whether the thread's inbox has work (in a statement on threads_thread).
-_HAS_WORK = (
-    "EXISTS (SELECT 1 FROM threads_queuedwork WHERE thread_id = threads_thread.id "
-    "AND consumed_at IS NULL)"
+# Whether the thread has turns waiting (in a statement on threads_thread).
+HAS_WAITING = (
+    "EXISTS (SELECT 1 FROM threads_turn WHERE thread_id = threads_thread.id "
+    "AND host_id IS NULL AND status = 'queued')"
 )
-# What a lock holder decides on: the thread's state and whether its inbox has work. Every
-# statement that reads it returns these columns, in this order (see _apply_state).
-_STATE = f"status, acting_side, terminated_at, stop_requested, agent_name, {_HAS_WORK}"
+# What a lock holder decides on: the thread's state and whether turns wait. Every
+# statement that reads it returns these columns, in this order (see apply_state).
+STATE_COLUMNS = f"status, acting_side, terminated_at, stop_requested, agent_name, {HAS_WAITING}"
 # The statements are built from the constants above only; every value is a parameter.
 _ACQUIRE = (
     "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s "  # noqa: S608
-    f"RETURNING fence, {_STATE}"
+    f"RETURNING fence, {STATE_COLUMNS}"
 )
-_REFRESH = f"SELECT {_STATE} FROM threads_thread WHERE id = %s"  # noqa: S608
-# A flow's end: its resting status, or "queued" when work already waits (see flow_rest).
-_REST = (
-    f"UPDATE threads_thread SET status = CASE WHEN %s AND {_HAS_WORK} "  # noqa: S608
-    "THEN %s ELSE %s END, acting_side = '', updated_at = %s WHERE id = %s AND fence = %s "
-    f"RETURNING {_STATE}"
-)
+_REFRESH = f"SELECT {STATE_COLUMNS} FROM threads_thread WHERE id = %s"  # noqa: S608
 # The columns are LockedThread's.
 _LOCK = (
     "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
@@ -67,7 +61,7 @@ class StaleFence(Conflict):
 
 
 def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
-    """Take the next fence; returns it and whether the inbox has work. ``thread``'s status,
+    """Take the next fence; returns it and whether the turns wait. ``thread``'s status,
     acting_side, terminated_at, stop_requested and agent_name are refreshed from the same
     statement: what the previous holder left, read after it released the lock.
 
@@ -77,13 +71,13 @@ def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
         cursor.execute(_ACQUIRE, [thread.pk])
         fence, *state = cursor.fetchone()
     thread.fence = fence
-    return fence, _apply_state(thread, state)
+    return fence, apply_state(thread, state)
 
 
 def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, bool] | None:
     """:func:`fence_acquire` for a thread not loaded yet: one statement takes the next fence
     and reads the thread (its tenant attached). Returns the thread, the fence and whether
-    the inbox has work; None when no thread ``thread_id`` of ``tenant_id`` exists.
+    the turns wait; None when no thread ``thread_id`` of ``tenant_id`` exists.
 
     Precondition: the caller has just acquired the thread's lock.
     """
@@ -128,7 +122,7 @@ def _take_plan() -> tuple[str, list[list[Callable[..., Any]]]]:
     sql = (
         "UPDATE threads_thread SET fence = threads_thread.fence + 1 "  # noqa: S608
         "FROM tenancy_tenant WHERE threads_thread.id = %s AND threads_thread.tenant_id = %s "
-        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns}, {_HAS_WORK}"
+        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns}, {HAS_WAITING}"
     )
     converters = []
     for field in fields:
@@ -141,31 +135,14 @@ def _take_plan() -> tuple[str, list[list[Callable[..., Any]]]]:
 
 def thread_refresh(*, thread: Thread) -> bool:
     """Reload ``thread``'s status, acting_side, terminated_at, stop_requested and agent_name
-    in one statement; returns whether its inbox has work."""
+    in one statement; returns whether its turns wait."""
     with connection.cursor() as cursor:
         cursor.execute(_REFRESH, [thread.pk])
-        return _apply_state(thread, cursor.fetchone())
+        return apply_state(thread, cursor.fetchone())
 
 
-def flow_rest(*, thread: Thread, fence: int, status: str) -> bool:
-    """End a flow's hold on the thread's status: ``status`` (idle, waiting_input, ...), except
-    that a thread at rest with work already in its inbox shows ``queued``, never a resting
-    status while work waits. One statement.
-
-    Refreshes ``thread`` as :func:`thread_refresh` does and returns whether the inbox has
-    work: what the driver decides its next flow on. Raises StaleFence when ``fence`` is no
-    longer the thread's.
-    """
-    resting = status in (ThreadStatus.IDLE, ThreadStatus.WAITING_INPUT)
-    with connection.cursor() as cursor:
-        cursor.execute(_REST, [resting, ThreadStatus.QUEUED, status, now_us(), thread.pk, fence])
-        row = cursor.fetchone()
-    if row is None:
-        raise StaleFence.of(thread, fence)
-    return _apply_state(thread, row)
-
-
-def _apply_state(thread: Thread, state: Any) -> bool:
+def apply_state(thread: Thread, state: Any) -> bool:
+    """Set ``thread``'s fields from a row of :data:`STATE_COLUMNS`; whether turns wait."""
     status, acting_side, terminated_at, stop_requested, agent_name, pending = state
     thread.status, thread.acting_side, thread.terminated_at = status, acting_side, terminated_at
     thread.stop_requested, thread.agent_name = stop_requested, agent_name

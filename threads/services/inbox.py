@@ -1,9 +1,12 @@
-"""The durable inbox of a thread (``QueuedWork``): everything that makes a thread run.
+"""Submitting turns: the durable queue of a thread's turns is its inbox.
 
-Work enters in the same transaction as its cause and ``drive_thread`` is enqueued on
-commit, so nothing is lost between the two (ARCHITECTURE §5). The flow holding the
-thread's lock takes items in ``id`` order (FIFO) and marks each consumed with its fence,
-so an item is consumed by exactly one flow.
+A turn enters in the same transaction as its cause and ``drive_thread`` is enqueued on
+commit, so nothing is lost between the two (ARCHITECTURE §5). The lock holder runs waiting
+turns one at a time in queue order (FIFO; a promoted or interrupting turn goes first); an
+input a running turn queues for itself (``state.queue_message``) joins that turn and is
+drained before its next step (runtime §9). ``multitask_strategy`` says what a new turn does
+to the active one: ``enqueue`` (wait behind it), ``reject`` (409), ``interrupt`` (cancel it,
+keep what it wrote) or ``rollback`` (cancel it, delete what it wrote).
 """
 
 from __future__ import annotations
@@ -12,37 +15,33 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.ids import new_id
-from common.time import now_us
-from threads.events import Outbox, publish
-from threads.models import QueuedWork, Thread, ThreadStatus, WorkKind
-from threads.services.messages import check_content, check_metadata, jsonb_value
+from threads.events import Outbox
+from threads.models import TURN_ACTIVE, RunStatus, Thread, Turn, TurnKind, TurnSource, TurnStrategy
+from threads.runtime.lock import control_send
+from threads.services.fence import fence_check
+from threads.services.messages import check_content, check_metadata
+from threads.services.status import turn_enqueue
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
 MAX_TOOL_ARGS_BYTES = 256 * 1024
-# A thread that is not running shows "queued" once work arrives.
-_WAKEABLE = (ThreadStatus.IDLE, ThreadStatus.WAITING_INPUT, ThreadStatus.FAILED)
 
 
 class ThreadTerminated(Conflict):
     code = "terminated"
 
 
+class ThreadBusy(Conflict):
+    """``multitask_strategy=reject`` and a turn is active or waiting."""
+
+    code = "thread_busy"
+
+
 def terminated_error() -> ThreadTerminated:
     return ThreadTerminated("the thread is terminated; it accepts no new work")
-
-
-def work_json(work: QueuedWork) -> dict[str, Any]:
-    return {
-        "id": work.id,
-        "kind": work.kind,
-        "payload": work.payload,
-        "created_at": work.created_at,
-        "consumed_at": work.consumed_at,
-    }
 
 
 def _drive_on_commit(thread: Thread) -> None:
@@ -52,53 +51,79 @@ def _drive_on_commit(thread: Thread) -> None:
     transaction.on_commit(lambda: wake_thread(thread_id, tenant_id))
 
 
-# One statement: lock the open thread's row (a terminated thread inserts nothing), lift a
-# user stop when asked, show a resting thread as queued, then append the item. The row lock
-# is taken before the id is drawn, so ids follow commit order: the inbox is FIFO by id.
-_ENQUEUE = (
-    "WITH t AS (UPDATE threads_thread SET "
-    "status = CASE WHEN (NOT stop_requested OR %(clear)s) AND status = ANY(%(wakeable)s) "
-    "THEN %(queued)s ELSE status END, "
-    "updated_at = CASE WHEN ((NOT stop_requested OR %(clear)s) AND status = ANY(%(wakeable)s)) "
-    "OR (stop_requested AND %(clear)s) THEN %(now)s ELSE updated_at END, "
-    "stop_requested = stop_requested AND NOT %(clear)s "
-    "WHERE id = %(thread)s AND terminated_at IS NULL RETURNING id) "
-    "INSERT INTO threads_queuedwork (tenant_id, thread_id, kind, payload, created_at) "
-    "SELECT %(tenant)s, t.id, %(kind)s, %(payload)s, %(now)s FROM t RETURNING id"
-)
+def _busy_turn(thread: Thread) -> Turn | None:
+    """The turn a new one would wait behind: the active one, else the first waiting."""
+    rows = Turn.objects.filter(thread_id=thread.pk, host__isnull=True)
+    active = rows.filter(status__in=TURN_ACTIVE).first()
+    return active or rows.filter(status=RunStatus.QUEUED).order_by("position").first()
 
 
-def work_enqueue(
-    *, thread: Thread, kind: str, payload: Mapping[str, Any], clear_stop: bool = False
-) -> QueuedWork:
-    """Append work to the inbox (one statement, with its event) and wake the thread after
-    commit.
+def turn_submit(
+    *,
+    thread: Thread,
+    kind: str,
+    payload: Mapping[str, Any],
+    source: str,
+    strategy: str = TurnStrategy.ENQUEUE,
+    metadata: Mapping[str, Any] | None = None,
+    clear_stop: bool = False,
+    host: Turn | None = None,
+    outbox: Outbox | None = None,
+) -> Turn:
+    """Submit a turn (submit_turn): it waits in the thread's queue and the thread is woken
+    after commit. Joins the caller's transaction.
 
-    ``clear_stop`` (a new user message) lifts a user stop, so parked work runs again.
-    Raises ThreadTerminated (409) on a terminated thread, NotFound when it is gone.
+    ``strategy`` (see the module docstring): ``reject`` raises ThreadBusy (409) naming the
+    turn it would wait behind; ``interrupt`` and ``rollback`` ask the active turn to end
+    ``cancelled`` and put this one first. ``clear_stop`` (a new user message) lifts a user
+    stop. ``host``: the running turn this input joins (``state.queue_message`` during its
+    flow). Raises ThreadTerminated (409) on a terminated thread, NotFound when it is gone.
     """
-    work = QueuedWork(tenant_id=thread.tenant_id, thread=thread, kind=kind, payload=dict(payload))
-    payload_field = QueuedWork._meta.get_field("payload")
-    # The item and its event commit together (joining the caller's transaction, if any).
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(
-            _ENQUEUE,
-            {"clear": clear_stop, "wakeable": [*_WAKEABLE, ThreadStatus.STOPPED],
-             "queued": ThreadStatus.QUEUED, "now": work.created_at, "thread": thread.pk,
-             "tenant": thread.tenant_id, "kind": kind,
-             "payload": payload_field.get_db_prep_save(work.payload, connection)},
-        )  # fmt: skip
-        row = cursor.fetchone()
-        if row is not None:
-            work.id = row[0]
-            work._state.adding = False
-            publish(thread, "queue.changed", {"change": "added", "item": work_json(work)})
+    if strategy not in TurnStrategy.values:
+        raise ValidationFailed(
+            f"multitask_strategy must be one of {', '.join(TurnStrategy.values)}",
+            field="multitask_strategy",
+        )
+    turn = Turn(
+        tenant_id=thread.tenant_id, thread=thread, kind=kind, source=source, strategy=strategy,
+        payload=dict(payload), metadata=check_metadata(metadata or {}), host=host,
+    )  # fmt: skip
+    with transaction.atomic():
+        active: Turn | None = None
+        if strategy != TurnStrategy.ENQUEUE and host is None:
+            if fence_check(thread=thread, fence=None).terminated_at is not None:
+                raise terminated_error()
+            busy = _busy_turn(thread)
+            if strategy == TurnStrategy.REJECT and busy is not None:
+                raise ThreadBusy(
+                    f"turn {busy.pk} is {busy.status} on this thread; multitask_strategy "
+                    "reject refuses another until it ends",
+                    field="multitask_strategy",
+                )
+            active = busy if busy is not None and busy.status in TURN_ACTIVE else None
+        front = strategy in (TurnStrategy.INTERRUPT, TurnStrategy.ROLLBACK)
+        if not turn_enqueue(turn=turn, thread=thread, clear_stop=clear_stop, front=front,
+                            outbox=outbox):  # fmt: skip
+            if Thread.objects.filter(pk=thread.pk).exists():
+                raise terminated_error()
+            raise NotFound("the thread no longer exists")
+        if active is not None:
+            turn_cancel_request(thread=thread, turn=active, mode=strategy)
+        if host is None:
             _drive_on_commit(thread)
-    if row is None:  # nothing was written; raised outside the block, as in message_inject
-        if Thread.objects.filter(pk=thread.pk).exists():
-            raise terminated_error()
-        raise NotFound("the thread no longer exists")
-    return work
+    return turn
+
+
+def turn_cancel_request(*, thread: Thread, turn: Turn, mode: str) -> None:
+    """Ask the flow running ``turn`` to end it ``cancelled`` (``mode``: cancel, interrupt or
+    rollback): the request is stored on the turn (a worker that takes the thread over finds
+    it) and the lock holder is signalled after commit."""
+    Turn.objects.filter(pk=turn.pk).update(cancel_requested=mode)
+    turn.cancel_requested = mode
+    tenant_id, thread_id = thread.tenant_id, thread.pk
+    transaction.on_commit(
+        lambda: control_send(tenant_id=tenant_id, thread_id=thread_id, signal="cancel")
+    )
 
 
 def message_queue(
@@ -109,12 +134,19 @@ def message_queue(
     attachments: Sequence[Mapping[str, Any]] = (),
     silent: bool = False,
     metadata: Mapping[str, Any] | None = None,
-) -> QueuedWork:
-    """Queue a message (POST .../messages, ``state.queue_message``); it is persisted when
-    the flow drains it, before its next model call. A ``user`` message lifts a user stop.
+    source: str = TurnSource.MESSAGE,
+    strategy: str = TurnStrategy.ENQUEUE,
+    turn_metadata: Mapping[str, Any] | None = None,
+    host: Turn | None = None,
+    outbox: Outbox | None = None,
+) -> Turn:
+    """Submit a message as a turn (POST .../messages, POST .../turns, ``state.queue_message``);
+    the message is persisted when its turn runs, before its next model call. A ``user``
+    message lifts a user stop.
 
     ``attachments`` are AttachmentRefs already stored in the thread. The message id is fixed
-    now (``payload.message_id``) so the caller can follow it.
+    now (``payload.message_id``) so the caller can follow it. ``metadata`` is the message's,
+    ``turn_metadata`` the turn's.
     """
     if role not in QUEUEABLE_ROLES:
         raise ValidationFailed(f"role must be one of {', '.join(QUEUEABLE_ROLES)}", field="role")
@@ -131,13 +163,14 @@ def message_queue(
         "metadata": check_metadata(metadata or {}),
         "attachments": [dict(ref) for ref in attachments],
     }
-    return work_enqueue(
-        thread=thread, kind=WorkKind.MESSAGE, payload=payload, clear_stop=role == "user"
-    )
+    return turn_submit(
+        thread=thread, kind=TurnKind.MESSAGE, payload=payload, source=source, strategy=strategy,
+        metadata=turn_metadata, clear_stop=role == "user", host=host, outbox=outbox,
+    )  # fmt: skip
 
 
-def tool_queue(*, thread: Thread, name: str, args: Mapping[str, Any] | None) -> QueuedWork:
-    """Queue a tool call at rest (``state.queue_tool``); the flow runs it, then side A acts."""
+def tool_queue(*, thread: Thread, name: str, args: Mapping[str, Any] | None) -> Turn:
+    """Queue a tool call at rest (``state.queue_tool``); its turn runs it, then side A acts."""
     if not isinstance(name, str) or not name:
         raise ValidationFailed("name must be a tool name", field="name")
     arguments = dict(args or {})
@@ -146,58 +179,29 @@ def tool_queue(*, thread: Thread, name: str, args: Mapping[str, Any] | None) -> 
         raise LimitExceeded(
             f"tool arguments are {size} bytes; the limit is {MAX_TOOL_ARGS_BYTES}", field="args"
         )
-    return work_enqueue(
-        thread=thread, kind=WorkKind.TOOL, payload={"name": name, "args": arguments}
-    )
+    return turn_submit(
+        thread=thread, kind=TurnKind.TOOL, payload={"name": name, "args": arguments},
+        source=TurnSource.QUEUE_TOOL,
+    )  # fmt: skip
 
 
-def continue_queue(*, thread: Thread, side: str = "a") -> QueuedWork:
+def continue_queue(*, thread: Thread, side: str = "a") -> Turn:
     """Queue a ``continue`` (POST .../continue): the given side takes a turn without a message."""
     if side not in ("a", "b"):
         raise ValidationFailed("side must be a or b", field="side")
-    return work_enqueue(thread=thread, kind=WorkKind.CONTINUE, payload={"side": side})
+    return turn_submit(
+        thread=thread, kind=TurnKind.CONTINUE, payload={"side": side},
+        source=TurnSource.CONTINUE,
+    )  # fmt: skip
 
 
-# One statement: lock the thread row while ``fence`` is current, mark every pending item
-# consumed by that fence, and mark the thread running if anything was taken.
-_TAKE = (
-    "WITH t AS (SELECT id FROM threads_thread WHERE id = %s AND fence = %s FOR NO KEY UPDATE), "
-    "taken AS (UPDATE threads_queuedwork SET consumed_at = %s, consumed_fence = %s "
-    "WHERE thread_id IN (SELECT id FROM t) AND consumed_at IS NULL "
-    "RETURNING id, kind, payload, created_at, consumed_at), "
-    "running AS (UPDATE threads_thread SET status = %s "
-    "WHERE id IN (SELECT id FROM t) AND EXISTS (SELECT 1 FROM taken)) "
-    "SELECT id, kind, payload, created_at, consumed_at FROM taken ORDER BY id"
-)
-
-
-def work_take(*, thread: Thread, fence: int, outbox: Outbox | None = None) -> list[QueuedWork]:
-    """Every pending item, oldest first, marked consumed by ``fence``; the thread is then
-    ``running``. Nothing is taken when ``fence`` is stale (the flow's next write raises).
-
-    Precondition: the caller holds the thread's lock with ``fence``. Run it in the
-    transaction that stores what the items carry, so they are consumed only with it.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(_TAKE, [thread.pk, fence, now_us(), fence, ThreadStatus.RUNNING])
-        rows = cursor.fetchall()
-    items = [
-        QueuedWork(
-            id=id, tenant_id=thread.tenant_id, thread=thread, kind=kind,
-            payload=jsonb_value(payload),
-            created_at=created_at, consumed_at=consumed_at, consumed_fence=fence,
-        )
-        for id, kind, payload, created_at, consumed_at in rows
-    ]  # fmt: skip
-    if items:
-        thread.status = ThreadStatus.RUNNING
-        publish(thread, "thread.status", {"status": ThreadStatus.RUNNING}, outbox=outbox)
-    return items
-
-
-@transaction.atomic
-def work_discard(*, thread: Thread) -> int:
-    """Drop pending work (a terminated thread runs nothing more); returns how many."""
-    return QueuedWork.objects.filter(thread_id=thread.pk, consumed_at__isnull=True).update(
-        consumed_at=now_us()
-    )
+def queued_message_json(turn: Turn) -> dict[str, Any] | None:
+    """The message a message turn will store, as it will look (``status: queued``)."""
+    payload = turn.payload
+    if "message_id" not in payload:
+        return None
+    return {
+        "id": payload["message_id"], "role": payload["role"], "content": payload["content"],
+        "attachments": payload["attachments"], "silent": payload["silent"],
+        "metadata": payload["metadata"], "status": "queued", "created_at": turn.created_at,
+    }  # fmt: skip

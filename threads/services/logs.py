@@ -44,6 +44,7 @@ def log_create(
     parent: Log | None = None,
     fence: int | None = None,
     outbox: Outbox | None = None,
+    id: uuid.UUID | None = None,
 ) -> Log:
     """A log row; with ``fence`` (a flow's write) only while that fence is current, else
     StaleFence. The fenced insert is one statement without a row lock: logs record what a
@@ -53,9 +54,9 @@ def log_create(
     a tool-call log (``tool``) with its ``tool.result``/``tool.failed`` event."""
     event = _log_event(kind, data)
     if event is None:
-        return _log_insert(thread, kind, data, message, parent, fence)
+        return _log_insert(thread, kind, data, message, parent, fence, id)
     with transaction.atomic(savepoint=False):
-        log = _log_insert(thread, kind, data, message, parent, fence)
+        log = _log_insert(thread, kind, data, message, parent, fence, id)
         payload = {**_event_payload(kind, data), "log_id": str(log.id)}
         if kind == "llm":
             payload["message_id"] = str(message.id) if message is not None else None
@@ -75,9 +76,13 @@ def _event_payload(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """The summary an event carries; the log row keeps the detail."""
     common = {"flow_id": data.get("flow_id") or ""}
     if kind == "llm":
-        return {**common, "model": data.get("model", ""),
-                "total_tokens": data.get("total_tokens", 0),
-                "latency_ms": data.get("latency_ms", 0.0), "error": data.get("error")}  # fmt: skip
+        payload = {**common, "model": data.get("model", ""),
+                   "total_tokens": data.get("total_tokens"),
+                   "latency_ms": data.get("latency_ms", 0.0),
+                   "error": data.get("error")}  # fmt: skip
+        if data.get("aborted"):
+            payload["aborted"] = True
+        return payload
     return {**common, "tool_call_id": data.get("tool_call_id", ""), "name": data.get("tool", ""),
             "status": data.get("status", ""), "error": data.get("error")}  # fmt: skip
 
@@ -89,10 +94,11 @@ def _log_insert(
     message: Message | None,
     parent: Log | None,
     fence: int | None,
+    id: uuid.UUID | None = None,
 ) -> Log:
     log = Log(
         tenant_id=thread.tenant_id, thread=thread, kind=kind, data=dict(data),
-        message=message, parent=parent,
+        message=message, parent=parent, **({"id": id} if id is not None else {}),
     )  # fmt: skip
     if fence is None:
         log.save(force_insert=True)

@@ -257,6 +257,7 @@ def message_inject(
         depth=parent.depth + 1 if parent is not None else 0,
         side=side,
         status=status,
+        turn_id=(outbox.turn_id or None) if outbox is not None else None,
     )
     sql, fields = _insert_plan()
     values = [

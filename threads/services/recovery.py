@@ -11,17 +11,20 @@ from django.db import transaction
 from threads.events import Outbox
 from threads.models import Message, MessageRole, MessageStatus, Thread
 from threads.services.fence import fence_check
-from threads.services.messages import message_inject
+from threads.services.messages import message_delete, message_inject
 
 
 @transaction.atomic
 def close_unanswered_calls(
     *, thread: Thread, fence: int | None, reason: str, outbox: Outbox | None = None
 ) -> int:
-    """Delete pending rows and give every tool call without a result an error result whose
-    content is ``reason``. Returns how many results were written. StaleFence if stale."""
+    """Delete pending rows (each with ``message.deleted``) and give every tool call without a
+    result an error result whose content is ``reason``. Returns how many results were
+    written. StaleFence if stale."""
     fence_check(thread=thread, fence=fence)
-    Message.objects.filter(thread_id=thread.pk, status=MessageStatus.PENDING).delete()
+    pending = Message.objects.filter(thread_id=thread.pk, status=MessageStatus.PENDING)
+    for message_id in pending.values_list("id", flat=True):
+        message_delete(thread=thread, message_id=message_id, fence=fence, outbox=outbox)
     answered = set(
         Message.objects.filter(thread_id=thread.pk, role=MessageRole.TOOL).values_list(
             "tool_call_id", flat=True

@@ -16,7 +16,8 @@ from common.errors import NotFound, ValidationFailed
 from common.time import now_us, to_us
 from tenancy.models import Tenant
 from threads.events import publish
-from threads.models import Thread, ThreadStatus
+from threads.models import RunStatus, Thread
+from threads.services.turns import threads_in_status
 
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100
@@ -105,17 +106,17 @@ def thread_list(
     created_after: dt.datetime | None = None,
     created_before: dt.datetime | None = None,
 ) -> QuerySet[Thread]:
-    rows = Thread.objects.for_tenant(tenant)
+    rows: QuerySet[Thread] = Thread.objects.for_tenant(tenant)
     if agent:
         rows = rows.filter(agent_name=agent)
     if user_id:
         rows = rows.filter(user_id=user_id)
     if status:
-        if status not in ThreadStatus.values:
+        if status not in RunStatus.values:
             raise ValidationFailed(
-                f"status must be one of {', '.join(ThreadStatus.values)}", field="status"
+                f"status must be one of {', '.join(RunStatus.values)}", field="status"
             )
-        rows = rows.filter(status=status)
+        rows = threads_in_status(rows, status)
     if tag:
         rows = rows.filter(tags__contains=[tag])
     if created_after is not None:

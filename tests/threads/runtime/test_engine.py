@@ -7,7 +7,7 @@ from typing import Any
 from agents.providers.base import AbortSignal
 from agents.registry import HookName, hook
 from tests.threads.runtime.conftest import Engine, prompt
-from threads.models import Log, Message, QueuedWork, Thread
+from threads.models import Log, Message, Thread, Turn
 from threads.runtime.driver import thread_drive
 from threads.runtime.engine import Flow
 from threads.runtime.stops import StopReason
@@ -40,7 +40,7 @@ def test_user_message_tool_call_result_and_answer_are_persisted_in_order(engine:
     assert rows[2].tool_call_id == calls[0]["id"]
     assert thread.status == "waiting_input"
     assert engine.tool_calls == [("echo", "hi")]
-    assert QueuedWork.objects.get(thread=thread).consumed_fence == result.fence
+    assert Turn.objects.get(thread=thread).fence == result.fence
     kinds = list(
         Log.objects.filter(thread=thread).order_by("created_at").values_list("kind", flat=True)
     )
@@ -91,13 +91,14 @@ def test_a_flow_ending_with_work_in_the_inbox_leaves_the_thread_queued_not_waiti
     engine.send(thread, "hello")
 
     fence, _pending = fence_acquire(thread=thread)
-    flow = Flow(thread, fence=fence, runtime=engine.runtime(),
-                abort=AbortSignal())  # fmt: skip
+    turn = Turn.objects.get(thread=thread)
+    flow = Flow(thread, fence=fence, runtime=engine.runtime(), abort=AbortSignal(),
+                turn=turn)  # fmt: skip
     assert flow.run() == StopReason.STOP_ON_RESPONSE
     thread.refresh_from_db()
     assert thread.status == "queued"
     assert late
-    assert QueuedWork.objects.filter(thread=thread, consumed_at__isnull=True).exists()
+    assert Turn.objects.filter(thread=thread, status="queued").exists()
 
     engine.drive(thread)
 

@@ -19,7 +19,7 @@ from django.db import connection
 from agents.registry import HookName, hook, tool
 from common.errors import Conflict
 from tests.threads.runtime.conftest import Engine, Row, prompt, rows
-from threads.models import Message, Thread
+from threads.models import Event, Message, Thread, Turn
 from threads.runtime import stops as stops_module
 from threads.runtime.driver import DriveResult
 from threads.runtime.stops import StopReason
@@ -56,7 +56,7 @@ def test_session_fail_tool_that_succeeds_ends_the_session(engine: Engine) -> Non
     ]
     assert engine.tool_calls == [("give_up", {"reason": "cannot"})]
     assert len(engine.script.requests) == 1
-    assert thread.status == "waiting_input"
+    assert thread.status == "failed"  # session_fail ends the turn failed
 
 
 def test_failing_session_fail_binding_does_nothing(engine: Engine) -> None:
@@ -336,7 +336,7 @@ def test_max_session_turns_counts_exchanges_of_a_dual_ai_agent(engine: Engine) -
             ("user", "A2"),
         ],
     ]
-    assert thread.status == "idle"
+    assert thread.status == "completed"
 
 
 def test_repeated_identical_tool_errors_stop_the_flow(engine: Engine) -> None:
@@ -602,7 +602,7 @@ def test_stop_aborts_a_slow_model_call_at_once(
     ]
     assert stored[1].metadata["status_kind"] == "stopped_by_user"
     thread.refresh_from_db()
-    assert (thread.status, thread.stop_requested) == ("stopped", True)
+    assert (thread.status, thread.stop_requested) == ("cancelled", True)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -645,47 +645,70 @@ def test_stop_while_tool_calls_are_unanswered_writes_stopped_results(
     assert engine.tool_calls == []
     assert engine.script.remaining == 1
     thread.refresh_from_db()
-    assert thread.status == "stopped"
+    assert thread.status == "cancelled"
 
 
-def test_stop_at_rest_closes_unanswered_calls(engine: Engine) -> None:
+def test_stopping_a_thread_with_nothing_running_or_queued_changes_nothing(
+    engine: Engine,
+) -> None:
     thread = helper(engine)
+    message_inject(thread=thread, role="user", content="hello", side="b")
+    events_before = Event.objects.filter(thread=thread).count()
+
+    result = thread_stop(thread=thread)
+
+    thread.refresh_from_db()
+    assert (result.stopped_turn, result.parked) == (None, 0)
+    assert rows(thread) == [("user", "b", "hello", "")]
+    assert (thread.status, thread.stop_requested) == ("completed", False)
+    assert Event.objects.filter(thread=thread).count() == events_before
+
+
+def test_stop_ends_a_turn_whose_worker_died_and_closes_its_calls(engine: Engine) -> None:
+    """A turn left running by a dead worker (no lock holder) is ended by the stop itself."""
+    thread = helper(engine)
+    turn = message_queue(thread=thread, role="user", content="work")
+    Turn.objects.filter(pk=turn.pk).update(status="running", fence=1)
+    Thread.objects.filter(pk=thread.pk).update(status="running", fence=1)
     message_inject(
         thread=thread, role="assistant", content=None, side="a",
         tool_calls=[{"id": "c1", "type": "function",
                      "function": {"name": "echo", "arguments": "{}"}}],
     )  # fmt: skip
 
-    thread_stop(thread=thread)
+    result = thread_stop(thread=thread)
 
     thread.refresh_from_db()
+    turn.refresh_from_db()
+    assert result.stopped_turn is not None
     assert rows(thread) == [
         ("assistant", "a", None, ""),
         ("tool", "a", "Execution stopped by user", "error"),
         ("system", "", "Execution stopped by user", ""),
     ]
-    assert (thread.status, thread.stop_requested) == ("stopped", True)
+    assert (turn.status, turn.outcome) == ("cancelled", "aborted_by_user")
+    assert (thread.status, thread.stop_requested) == ("cancelled", True)
 
 
-def test_new_user_message_lifts_a_stop_and_parked_work_runs(engine: Engine) -> None:
+def test_new_user_message_lifts_a_stop_and_parked_turns_run_first(engine: Engine) -> None:
     thread = helper(engine)
-    thread_stop(thread=thread)
     message_queue(thread=thread, role="system", content="Be brief.")
+    assert thread_stop(thread=thread).parked == 1
 
     parked = engine.drive(thread)
 
     assert parked.reasons == []
-    assert (thread.status, thread.stop_requested) == ("stopped", True)
-    assert rows(thread) == [("system", "", "Execution stopped by user", "")]
+    assert (thread.status, thread.stop_requested) == ("queued", True)
+    assert rows(thread) == []
 
-    engine.script.text("Hi.")
+    engine.script.text("Noted.").text("Hi.")
     engine.send(thread, "hello")
     resumed = engine.drive(thread)
 
-    assert resumed.reasons == [StopReason.STOP_ON_RESPONSE]
+    assert resumed.reasons == [StopReason.STOP_ON_RESPONSE, StopReason.STOP_ON_RESPONSE]
     assert rows(thread) == [
-        ("system", "", "Execution stopped by user", ""),
         ("system", "", "Be brief.", ""),
+        ("assistant", "a", "Noted.", ""),
         ("user", "b", "hello", ""),
         ("assistant", "a", "Hi.", ""),
     ]
@@ -713,7 +736,7 @@ def test_terminate_aborts_a_slow_call_and_refuses_new_work(
     assert results[0].reasons == [StopReason.TERMINATED]
     assert rows(thread) == [("user", "b", "hello", "")]
     thread.refresh_from_db()
-    assert thread.status == "terminated"
+    assert (thread.status, thread.terminated_at is not None) == ("cancelled", True)
     assert thread.terminated_at is not None
     with pytest.raises(Conflict) as refused:
         message_queue(thread=thread, role="user", content="still there?")
@@ -742,7 +765,7 @@ def test_state_terminate_in_a_tool_ends_the_flow_terminated(engine: Engine) -> N
         ("tool", "a", "Thread terminated", "error"),
     ]
     assert engine.tool_calls == []
-    assert thread.status == "terminated"
+    assert (thread.status, thread.terminated_at is not None) == ("cancelled", True)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -774,7 +797,7 @@ def test_terminate_while_a_tool_runs_closes_its_calls(
         ("tool", "a", "Thread terminated", "error"),
     ]
     thread.refresh_from_db()
-    assert thread.status == "terminated"
+    assert (thread.status, thread.terminated_at is not None) == ("cancelled", True)
 
 
 def test_thread_state_terminate_is_idempotent(engine: Engine) -> None:
@@ -789,5 +812,5 @@ def test_thread_state_terminate_is_idempotent(engine: Engine) -> None:
 
     assert first is not None
     assert thread.terminated_at == first
-    assert thread.status == "terminated"
+    assert (thread.status, thread.terminated_at is not None) == ("cancelled", True)
     assert thread_terminate(thread=thread) is False

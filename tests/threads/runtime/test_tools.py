@@ -15,7 +15,7 @@ from tests.threads.runtime.conftest import (
     prompt,
     rows,
 )
-from threads.models import Log, Message, QueuedWork, Thread
+from threads.models import Log, Message, Thread, Turn
 from threads.runtime.stops import StopReason
 from threads.services.inbox import continue_queue
 from threads.state import ThreadState
@@ -315,7 +315,7 @@ def test_tool_queued_during_a_step_runs_after_its_calls(engine: Engine) -> None:
 def test_queue_tool_at_rest_runs_it_then_side_a_answers(engine: Engine) -> None:
     thread = helper(engine, [])
     ThreadState(thread).queue_tool("echo", {"text": "at rest"})
-    work = QueuedWork.objects.get(thread=thread)
+    work = Turn.objects.get(thread=thread)
     engine.script.text("Noted.")
 
     result = engine.drive(thread)
@@ -355,7 +355,7 @@ def test_invoke_tool_at_rest_returns_the_result_and_anchors_it_silently(engine: 
         "arguments": {"text": "now"},
         "status": "success",
     }
-    assert not QueuedWork.objects.filter(thread=thread).exists()
+    assert not Turn.objects.filter(thread=thread).exists()
 
 
 def test_invoke_tool_inside_a_flow_writes_no_anchor(engine: Engine) -> None:

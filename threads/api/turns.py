@@ -1,0 +1,359 @@
+"""Turns: ``POST/GET /api/v1/threads/{id}/turns`` (submit_turn, list) and
+``/api/v1/turns/{turn_id}`` (get, remove, cancel, promote, wait, stream).
+
+``wait`` and ``stream`` never hold a sync worker thread while they wait: under ASGI the view
+checks the caller and the turn, then answers with a body produced on the event loop, which
+listens to the thread's channel group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, ClassVar
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.core.handlers.asgi import ASGIRequest
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Max, Min, Q
+from django.http import HttpResponseBase, StreamingHttpResponse
+from django.urls import path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenancy.models import Role
+from tenancy.principals import Principal
+from tenancy.viewsets import request_principal
+from threads.api.base import ThreadScopedView, idempotent
+from threads.api.events import EventStreamRenderer, StreamScope, sse_response
+from threads.broadcast import unbatched
+from threads.events import TURN_END_EVENTS, EventType, thread_group
+from threads.models import TURN_TERMINAL, Event, RunStatus, Turn, TurnSource, TurnStrategy
+from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
+from threads.services.control import turn_cancel
+from threads.services.inbox import QUEUEABLE_ROLES, message_queue, queued_message_json
+from threads.services.status import turn_json
+from threads.services.turns import (
+    turn_get,
+    turn_list,
+    turn_message_ids,
+    turn_messages,
+    turn_promote_queued,
+    turn_remove,
+)
+from threads.streams import Delivery, EventCursor
+
+DEFAULT_WAIT_S = 30.0
+MAX_WAIT_S = 600.0
+# A waiter re-reads the turn at least this often, whatever the channel layer delivers.
+RECHECK_S = 5.0
+# Events after which a waiter re-reads its turn.
+_WAKING = frozenset({*TURN_END_EVENTS.values(), EventType.QUEUE_CHANGED})
+
+
+class TurnInput(serializers.Serializer[Any]):
+    content = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, trim_whitespace=False
+    )
+    role = serializers.ChoiceField(choices=QUEUEABLE_ROLES, default="user")
+    attachments = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=MAX_ATTACHMENTS,
+        help_text="[{name, mimeType, data (base64), width?, height?}]",
+    )  # fmt: skip
+    silent = serializers.BooleanField(default=False)
+    metadata = serializers.DictField(required=False, help_text="the message's metadata")
+
+
+class TurnSubmitInput(serializers.Serializer[Any]):
+    input = TurnInput()
+    multitask_strategy = serializers.ChoiceField(
+        choices=TurnStrategy.choices, default=TurnStrategy.ENQUEUE
+    )
+    metadata = serializers.DictField(required=False, help_text="the turn's metadata")
+
+
+class TurnListQuery(serializers.Serializer[Any]):
+    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+    offset = serializers.IntegerField(min_value=0, default=0)
+
+
+class TurnWaitQuery(serializers.Serializer[Any]):
+    timeout = serializers.FloatField(min_value=0, max_value=MAX_WAIT_S, default=DEFAULT_WAIT_S)
+
+
+def submitted_json(turn: Turn) -> dict[str, Any]:
+    """A 202 answer: the turn, and for a message turn the message as it will be stored."""
+    body = turn_json(turn)
+    message = queued_message_json(turn)
+    if message is not None:
+        body["message_id"] = message["id"]
+        body["message"] = message
+    return body
+
+
+def _detail(turn: Turn) -> dict[str, Any]:
+    return turn_json(turn, message_ids=turn_message_ids(turns=[turn])[turn.pk])
+
+
+class ThreadTurnsView(ThreadScopedView):
+    @extend_schema(
+        request=TurnSubmitInput, responses={202: OpenApiTypes.OBJECT},
+        operation_id="thread_turns_submit",
+    )  # fmt: skip
+    def post(self, request: Request, thread_id: str) -> Response:
+        """submit_turn: queue a message as a turn and answer 202 with it at once.
+        ``multitask_strategy`` says what happens to a turn already running: ``enqueue``
+        (wait behind it, FIFO), ``reject`` (409 naming it), ``interrupt`` (it ends
+        cancelled, what it wrote stays) or ``rollback`` (it ends cancelled and what it wrote
+        is deleted). ``Idempotency-Key`` makes a retry return the first answer."""
+        payload = TurnSubmitInput(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        thread = self.thread()
+        given = data["input"]
+
+        def submit() -> tuple[int, dict[str, Any]]:
+            refs = attachments_store(thread=thread, items=given.get("attachments", []))
+            turn = message_queue(
+                thread=thread, role=given["role"], content=given.get("content"),
+                attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
+                source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
+                turn_metadata=data.get("metadata"),
+            )  # fmt: skip
+            return status.HTTP_202_ACCEPTED, submitted_json(turn)
+
+        return idempotent(request, self.principal, submit)
+
+    @extend_schema(
+        parameters=[TurnListQuery], responses=OpenApiTypes.OBJECT,
+        operation_id="thread_turns_list",
+    )  # fmt: skip
+    def get(self, request: Request, thread_id: str) -> Response:
+        """The thread's turns, newest first; ``?status=`` filters by status."""
+        query = TurnListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        options = query.validated_data
+        rows = turn_list(thread=self.thread(), status=options.get("status"))
+        total = rows.count()
+        offset, limit = options["offset"], options["limit"]
+        page = list(rows[offset : offset + limit])
+        written = turn_message_ids(turns=page)
+        return Response(
+            {"count": total, "next": None if offset + limit >= total else offset + limit,
+             "results": [turn_json(turn, message_ids=written[turn.pk]) for turn in page]}
+        )  # fmt: skip
+
+
+class TurnView(APIView):
+    """Resolves ``turn_id`` within the caller's tenant (another tenant's turn is 404)."""
+
+    read_role: ClassVar[Role] = Role.READ_ONLY
+    write_role: ClassVar[Role] = Role.MEMBER
+
+    @property
+    def principal(self) -> Principal:
+        return request_principal(self.request)
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        self.turn()
+
+    def turn(self) -> Turn:
+        cached: Turn | None = getattr(self, "_turn", None)
+        if cached is None:
+            cached = turn_get(tenant=self.principal.tenant, turn_id=self.kwargs["turn_id"])
+            self._turn = cached
+        return cached
+
+
+class TurnDetailView(TurnView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="turns_retrieve")
+    def get(self, request: Request, turn_id: str) -> Response:
+        """The turn: status, outcome, error, usage and the ids of the messages it wrote."""
+        return Response(_detail(self.turn()))
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="turns_remove")
+    def delete(self, request: Request, turn_id: str) -> Response:
+        """remove_queued_turn: a queued turn ends cancelled (outcome ``removed``); 409 for a
+        turn that is not queued."""
+        turn = self.turn()
+        return Response(_detail(turn_remove(thread=turn.thread, turn=turn)))
+
+
+class TurnCancelView(TurnView):
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="turns_cancel")
+    def post(self, request: Request, turn_id: str) -> Response:
+        """interrupt_turn: a queued turn ends cancelled at once; a running one is aborted
+        (what it wrote stays, its open calls are closed). Idempotent; a finished turn is
+        left as it is. Answers the turn as it stands (a running one may still be
+        ``running`` for a moment: wait for it)."""
+        turn = self.turn()
+        return Response(_detail(turn_cancel(thread=turn.thread, turn=turn)))
+
+
+class TurnPromoteView(TurnView):
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="turns_promote")
+    def post(self, request: Request, turn_id: str) -> Response:
+        """promote_queued_turn: the queued turn moves to the front of its thread's queue;
+        409 for a turn that is not queued."""
+        turn = self.turn()
+        return Response(_detail(turn_promote_queued(thread=turn.thread, turn=turn)))
+
+
+# Waiting ------------------------------------------------------------------------------------
+
+
+def _wait_body(turn: Turn) -> bytes:
+    turn.refresh_from_db()
+    body = {"turn": _detail(turn), "messages": turn_messages(turn=turn),
+            "done": turn.status in TURN_TERMINAL}  # fmt: skip
+    return json.dumps(body, cls=DjangoJSONEncoder).encode()
+
+
+def _ended(turn: Turn) -> bool:
+    return Turn.objects.filter(pk=turn.pk, status__in=TURN_TERMINAL).exists()
+
+
+class TurnWaitView(TurnView):
+    @extend_schema(
+        parameters=[TurnWaitQuery],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
+                                        description="`{turn, messages, done}`")},
+        operation_id="turns_wait",
+    )  # fmt: skip
+    def get(self, request: Request, turn_id: str) -> HttpResponseBase:
+        """Block until the turn is terminal or ``timeout`` seconds (default 30, at most 600)
+        pass, then answer the turn, the messages it wrote and ``done``."""
+        query = TurnWaitQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        turn, timeout = self.turn(), float(query.validated_data["timeout"])
+        content = (
+            _wait_async(turn, timeout)
+            if isinstance(request._request, ASGIRequest)
+            else _wait_sync(turn, timeout)
+        )
+        return StreamingHttpResponse(content, content_type="application/json")
+
+
+async def _wait_async(turn: Turn, timeout: float) -> AsyncIterator[bytes]:
+    """Listen to the thread's group and re-read the turn when an event may have ended it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    group = thread_group(tenant_id=turn.tenant_id, thread_id=turn.thread_id)
+    await layer.group_add(group, channel)
+    try:
+        while not await database_sync_to_async(_ended)(turn):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(_woken(layer, channel), min(remaining, RECHECK_S))
+            except TimeoutError:
+                continue
+    finally:
+        await layer.group_discard(group, channel)
+    yield await database_sync_to_async(_wait_body)(turn)
+
+
+async def _woken(layer: Any, channel: str) -> None:
+    """Return once an event that may end a turn arrives."""
+    while True:
+        message = await layer.receive(channel)
+        if any(one.get("event_type") in _WAKING for one in unbatched(message)):
+            return
+
+
+def _wait_sync(turn: Turn, timeout: float) -> Iterator[bytes]:
+    """WSGI (tests, management tools): poll the row."""
+    deadline = time.monotonic() + timeout
+    while not _ended(turn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield _wait_body(turn)
+
+
+# Streaming ------------------------------------------------------------------------------------
+
+
+class _TurnScope(StreamScope):
+    """A turn's events, ending with the event that ends it."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn_id = str(turn.pk)
+        self.ended = turn.status in TURN_TERMINAL
+
+    def keep(self, delivery: Delivery) -> bool:
+        if delivery.type == EventType.QUEUE_CHANGED:
+            return self._in_queue_change(delivery)
+        return f'"turn_id": "{self.turn_id}"' in delivery.text and (
+            json.loads(delivery.text).get("turn_id") == self.turn_id
+        )
+
+    def last(self, delivery: Delivery) -> bool:
+        if delivery.type in TURN_END_EVENTS.values():
+            return True
+        if delivery.type == EventType.QUEUE_CHANGED:
+            payload = json.loads(delivery.text)["payload"]
+            return payload.get("change") in ("removed", "cancelled")
+        return False
+
+    def _in_queue_change(self, delivery: Delivery) -> bool:
+        payload = json.loads(delivery.text)["payload"]
+        items = payload.get("items") or [payload.get("item") or {}]
+        return any(item.get("id") == self.turn_id for item in items)
+
+
+def _turn_start(turn: Turn) -> int:
+    """The sequence after which the turn's stream replays: before its first event, or the
+    thread's newest event when it has none yet (one read, so none can slip between)."""
+    found = Event.objects.filter(thread_id=turn.thread_id).aggregate(
+        first=Min(
+            "sequence",
+            filter=Q(turn_id=str(turn.pk))
+            | Q(type=EventType.QUEUE_CHANGED, payload__item__id=str(turn.pk)),
+        ),
+        newest=Max("sequence"),
+    )
+    if found["first"] is not None:
+        return int(found["first"]) - 1
+    return int(found["newest"] or 0)
+
+
+class TurnStreamView(TurnView):
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
+                                        description="Server-Sent Events of the turn")},
+        operation_id="turns_stream",
+    )  # fmt: skip
+    def get(self, request: Request, turn_id: str) -> HttpResponseBase:
+        """The turn's events as Server-Sent Events, from its first (its ``queue.changed``
+        added) until the event that ends it; ``?reasoning=1`` adds ``reasoning.delta``."""
+        turn = self.turn()
+        reasoning = request.query_params.get("reasoning", "") in ("1", "true", "yes")
+        cursor = EventCursor(thread=turn.thread, after=_turn_start(turn), reasoning=reasoning)
+        return sse_response(request, cursor, _TurnScope(turn))
+
+
+turn_urlpatterns = [
+    path("turns/<uuid:turn_id>", TurnDetailView.as_view(), name="turn-detail"),
+    path("turns/<uuid:turn_id>/cancel", TurnCancelView.as_view(), name="turn-cancel"),
+    path("turns/<uuid:turn_id>/promote", TurnPromoteView.as_view(), name="turn-promote"),
+    path("turns/<uuid:turn_id>/wait", TurnWaitView.as_view(), name="turn-wait"),
+    path("turns/<uuid:turn_id>/stream", TurnStreamView.as_view(), name="turn-stream"),
+]
+urlpatterns = [
+    path("turns", ThreadTurnsView.as_view(), name="thread-turns"),
+]

@@ -1,0 +1,210 @@
+"""Turns: read one or a thread's, remove or promote a waiting one, and the thread read model.
+
+Submitting is :mod:`threads.services.inbox`; cancelling is :mod:`threads.services.control`;
+status changes go through :mod:`threads.services.status`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import QuerySet
+
+from common.errors import Conflict, NotFound, ValidationFailed
+from common.time import now_us
+from tenancy.models import Tenant
+from threads.models import (
+    TURN_ACTIVE,
+    Log,
+    Message,
+    MessageStatus,
+    RunStatus,
+    Thread,
+    Turn,
+)
+from threads.runtime.lock import lock_is_held
+from threads.services.fence import fence_check
+from threads.services.messages import message_json
+from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
+
+# Statuses only the read model shows: derived when read, never stored.
+DERIVED = frozenset(
+    {RunStatus.STREAMING, RunStatus.LOST, RunStatus.STALE, RunStatus.WAITING_RESOURCE}
+)
+INCIDENTS_SHOWN = 5
+
+
+def turn_get(*, tenant: Tenant, turn_id: uuid.UUID | str) -> Turn:
+    """``tenant``'s turn (its thread attached); another tenant's, or a malformed id, is
+    NotFound."""
+    try:
+        return Turn.objects.for_tenant(tenant).select_related("thread").get(pk=turn_id)
+    except (Turn.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound(f"no turn {turn_id}") from error
+
+
+def turn_list(*, thread: Thread, status: str | None = None) -> QuerySet[Turn]:
+    """The thread's turns, newest first (inputs that joined a turn are listed with it);
+    ``status`` filters by the stored status."""
+    rows = Turn.objects.for_tenant(thread.tenant).filter(thread=thread, host__isnull=True)
+    if status is not None:
+        if status not in RunStatus.values:
+            raise ValidationFailed(
+                f"status must be one of {', '.join(RunStatus.values)}", field="status"
+            )
+        rows = rows.filter(status=status)
+    return rows.order_by("-created_at", "-position")
+
+
+def turn_message_ids(*, turns: Sequence[Turn]) -> dict[uuid.UUID, list[str]]:
+    """The ids of the messages each turn wrote, in order (one query)."""
+    found: dict[uuid.UUID, list[str]] = {turn.pk: [] for turn in turns}
+    rows = Message.objects.filter(turn_id__in=list(found)).order_by("seq")
+    for turn_id, message_id in rows.values_list("turn_id", "id"):
+        if turn_id is not None:
+            found[turn_id].append(str(message_id))
+    return found
+
+
+def turn_messages(*, turn: Turn) -> list[dict[str, Any]]:
+    """The messages ``turn`` wrote (its answer among them), oldest first."""
+    rows = Message.objects.filter(thread_id=turn.thread_id, turn_id=turn.pk).order_by("seq")
+    return [message_json(row) for row in rows]
+
+
+def turn_remove(*, thread: Thread, turn: Turn) -> Turn:
+    """remove_queued_turn: a waiting turn ends ``cancelled`` (``queue.changed`` removed).
+    Conflict when it is not waiting."""
+    with transaction.atomic():
+        fence_check(thread=thread, fence=None)
+        turn.refresh_from_db()
+        if turn.status != RunStatus.QUEUED or turn.host_id is not None:
+            raise Conflict(f"turn {turn.pk} is {turn.status}; only a queued turn can be removed")
+        turns_cancel_waiting(thread=thread, turn_ids=[turn.pk], change="removed", outcome="removed")
+        thread_settle(thread=thread)
+    turn.refresh_from_db()
+    return turn
+
+
+def turn_promote_queued(*, thread: Thread, turn: Turn) -> Turn:
+    """promote_queued_turn: a waiting turn moves to the front of the queue
+    (``queue.changed`` promoted). Conflict when it is not waiting."""
+    with transaction.atomic():
+        fence_check(thread=thread, fence=None)
+        turn.refresh_from_db()
+        if turn.status != RunStatus.QUEUED or turn.host_id is not None:
+            raise Conflict(f"turn {turn.pk} is {turn.status}; only a queued turn can be promoted")
+        turn_promote(thread=thread, turn=turn)
+    return turn
+
+
+# The read model --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Whether a worker holds the thread's lock: True, False, or None (unknown: Redis could
+    not be asked)."""
+
+    held: bool | None
+
+
+def _liveness(thread: Thread) -> Liveness:
+    try:
+        return Liveness(lock_is_held(tenant_id=thread.tenant_id, thread_id=thread.pk))
+    except redis.RedisError:
+        return Liveness(None)
+
+
+def read_status(thread: Thread) -> str:
+    """The thread's status as the read model shows it: the stored status, refined where
+    only a read can know: ``lost`` (a turn runs but no worker holds the thread), ``stale``
+    (the lock store cannot be asked), ``streaming`` (a model answer is being streamed),
+    ``waiting_resource`` (turns have waited past twice the sweep interval and no worker
+    holds the thread)."""
+    stored = thread.status
+    if stored in TURN_ACTIVE:
+        live = _liveness(thread).held
+        if live is None:
+            return RunStatus.STALE
+        if not live:
+            return RunStatus.LOST
+        if (
+            stored == RunStatus.RUNNING
+            and Message.objects.filter(
+                thread_id=thread.pk, status=MessageStatus.PENDING, depth=0
+            ).exists()
+        ):
+            return RunStatus.STREAMING
+        return stored
+    if stored == RunStatus.QUEUED and not thread.stop_requested:
+        oldest = (
+            Turn.objects.filter(thread_id=thread.pk, status=RunStatus.QUEUED, host__isnull=True)
+            .order_by("created_at")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        patience_us = 2 * settings.THREAD_SWEEP_INTERVAL_S * 1_000_000
+        if oldest is not None and now_us() - oldest > patience_us:
+            live = _liveness(thread).held
+            if live is False:
+                return RunStatus.WAITING_RESOURCE
+    return stored
+
+
+# The stored statuses a derived one is read from.
+_DERIVED_FROM = {
+    RunStatus.STREAMING: (RunStatus.RUNNING,),
+    RunStatus.LOST: tuple(TURN_ACTIVE),
+    RunStatus.STALE: tuple(TURN_ACTIVE),
+    RunStatus.WAITING_RESOURCE: (RunStatus.QUEUED,),
+}
+# A derived status filter looks at this many of the newest candidate threads.
+DERIVED_FILTER_CAP = 1000
+
+
+def threads_in_status(rows: QuerySet[Thread], status: str) -> QuerySet[Thread]:
+    """``rows`` whose read-model status is ``status``. A stored status filters the column;
+    a derived one (``lost``, ``stale``, ``streaming``, ``waiting_resource``) reads the
+    newest :data:`DERIVED_FILTER_CAP` threads stored in what it derives from."""
+    if status not in DERIVED:
+        return rows.filter(status=status)
+    candidates = rows.filter(status__in=_DERIVED_FROM[RunStatus(status)]).order_by("-created_at")
+    matching = [row.pk for row in candidates[:DERIVED_FILTER_CAP] if read_status(row) == status]
+    return rows.filter(pk__in=matching)
+
+
+def _outcome(turn: Turn | None) -> dict[str, Any] | None:
+    if turn is None:
+        return None
+    return {"turn_id": str(turn.pk), "status": turn.status, "outcome": turn.outcome or None,
+            "error": turn.error or None, "ended_at": turn.ended_at}  # fmt: skip
+
+
+def thread_read_model(*, thread: Thread) -> dict[str, Any]:
+    """get_thread_read: status, the active turn, the queued turns in order, the last
+    outcome, pending requests and recent incidents."""
+    turns = Turn.objects.filter(thread_id=thread.pk, host__isnull=True)
+    active = turns.filter(status__in=TURN_ACTIVE).first()
+    queued = list(turns.filter(status=RunStatus.QUEUED).order_by("position"))
+    last = turns.filter(ended_at__isnull=False).order_by("-ended_at").first()
+    incidents = Log.objects.filter(thread_id=thread.pk, kind="incident").order_by("-created_at")
+    return {
+        "status": read_status(thread),
+        "stored_status": thread.status,
+        "stop_requested": thread.stop_requested,
+        "active_turn": turn_json(active) if active is not None else None,
+        "queued_turns": [turn_json(turn) for turn in queued],
+        "last_outcome": _outcome(last),
+        # Nothing asks a person for input yet (tool approvals and variable requests come
+        # with their own work); the list is here so clients need not change when they do.
+        "pending_requests": [],
+        "incidents": [{"at": row.created_at, **row.data} for row in incidents[:INCIDENTS_SHOWN]],
+    }
