@@ -65,7 +65,7 @@ def test_bad_thread_input_is_400_naming_the_field(
 def test_list_filters_and_paginates(tenant: Tenant, member: APIClient) -> None:
     make_thread(tenant, agent_name="helper", user_id="a", tags=["x"])
     make_thread(tenant, agent_name="debate", user_id="b", tags=["y"])
-    make_thread(tenant, agent_name="helper", user_id="b", status="running")
+    make_thread(tenant, agent_name="helper", user_id="b", status="failed")
 
     def ids(query: str) -> int:
         return int(member.get(f"/api/v1/threads?{query}").json()["count"])
@@ -74,7 +74,8 @@ def test_list_filters_and_paginates(tenant: Tenant, member: APIClient) -> None:
     assert ids("agent=helper") == 2
     assert ids("user_id=b") == 2
     assert ids("tag=x") == 1
-    assert ids("status=running") == 1
+    assert ids("status=failed") == 1
+    assert ids("status=lost") == 0
     assert ids("created_after=2000-01-01T00:00:00Z") == 3
     assert ids("created_before=2000-01-01T00:00:00Z") == 0
     assert len(member.get("/api/v1/threads?limit=2").json()["results"]) == 2

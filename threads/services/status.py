@@ -335,9 +335,10 @@ def thread_rest(
             _thread_status_event(thread, before, reason, outbox)
     # Nothing written: a running turn holds the status, or (raised after the block, as in
     # message_inject) the fence is stale.
-    stale = row is None and fence is not None
-    if stale and not Thread.objects.filter(pk=thread.pk, fence=fence).exists():
-        raise StaleFence.of(thread, fence)
+    if row is None and fence is not None:
+        current = Thread.objects.filter(pk=thread.pk, fence=fence).exists()
+        if not current:
+            raise StaleFence.of(thread, fence)
 
 
 def thread_settle(*, thread: Thread) -> None:

@@ -166,17 +166,21 @@ _DERIVED_FROM = {
     RunStatus.STALE: tuple(TURN_ACTIVE),
     RunStatus.WAITING_RESOURCE: (RunStatus.QUEUED,),
 }
+# Stored statuses the read model may show as a derived one instead.
+_REFINED = frozenset({RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.QUEUED})
 # A derived status filter looks at this many of the newest candidate threads.
 DERIVED_FILTER_CAP = 1000
 
 
 def threads_in_status(rows: QuerySet[Thread], status: str) -> QuerySet[Thread]:
-    """``rows`` whose read-model status is ``status``. A stored status filters the column;
-    a derived one (``lost``, ``stale``, ``streaming``, ``waiting_resource``) reads the
-    newest :data:`DERIVED_FILTER_CAP` threads stored in what it derives from."""
-    if status not in DERIVED:
+    """``rows`` whose read-model status is ``status``. A status the read model never refines
+    filters the column; one it derives (``lost``, ``stale``, ``streaming``,
+    ``waiting_resource``) or refines (``running``, ``retrying``, ``queued``) is read for the
+    newest :data:`DERIVED_FILTER_CAP` threads stored in what it comes from."""
+    sources = _DERIVED_FROM.get(RunStatus(status))
+    if sources is None and status not in _REFINED:
         return rows.filter(status=status)
-    candidates = rows.filter(status__in=_DERIVED_FROM[RunStatus(status)]).order_by("-created_at")
+    candidates = rows.filter(status__in=sources or (status,)).order_by("-created_at")
     matching = [row.pk for row in candidates[:DERIVED_FILTER_CAP] if read_status(row) == status]
     return rows.filter(pk__in=matching)
 
