@@ -154,6 +154,12 @@ def celery_concurrency() -> int:
     return _positive("CELERY_CONCURRENCY", 8)
 
 
+def celery_queue() -> str:
+    """The broker queue web processes send work to and workers consume (default ``celery``);
+    deployments sharing one Redis each name their own."""
+    return _get("CELERY_QUEUE") or "celery"
+
+
 def thread_lock_ttl_ms() -> int:
     """How long a crashed worker's thread lock outlives it (renewed while it runs)."""
     return _positive("THREAD_LOCK_TTL_MS", 15_000)
