@@ -23,6 +23,7 @@ ENV_VARS = (
     "HOST",
     "PORT",
     "CELERY_CONCURRENCY",
+    "CELERY_QUEUE",
     "DB_POOL_SIZE",
     "STATIC_ROOT",
     "MEDIA_ROOT",
@@ -364,6 +365,13 @@ def test_celery_concurrency_must_be_positive(monkeypatch: pytest.MonkeyPatch) ->
 
     with pytest.raises(ImproperlyConfigured, match="CELERY_CONCURRENCY"):
         env.celery_concurrency()
+
+
+def test_celery_queue_defaults_to_celerys_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert env.celery_queue() == "celery"
+    monkeypatch.setenv("CELERY_QUEUE", "acme-prod")
+
+    assert env.celery_queue() == "acme-prod"
 
 
 def test_db_pool_size_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
