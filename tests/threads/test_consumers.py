@@ -27,6 +27,7 @@ from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_session, make_thread
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads.consumers import TERMINATED_DRAIN_S
+from threads.events import publish
 from threads.models import Event, Thread
 from threads.services.control import thread_terminate
 from threads.services.threads import thread_create
@@ -113,6 +114,24 @@ async def test_replay_then_live_events_arrive_once_in_order(tenant: Tenant) -> N
     assert first["schema_version"] == 1
     assert await socket.receive_nothing(timeout=0.3)
     await socket.disconnect()
+
+
+async def test_reasoning_deltas_reach_only_sockets_that_asked_for_them(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    key = await _key(tenant)
+    plain = await _thread_socket(thread, key)
+    opted = await _open(f"/ws/threads/{thread.id}/?after=0&reasoning=1", key=key)
+    delta = {"message_id": "m", "depth": 0, "delta": "thinking"}
+
+    await database_sync_to_async(publish)(thread, "reasoning.delta", delta)
+    await database_sync_to_async(ThreadState(thread).emit)("after", 1)
+
+    to_opted = await _receive_until(opted, lambda e: e["type"] == "custom")
+    to_plain = await _receive_until(plain, lambda e: e["type"] == "custom")
+    assert [e["type"] for e in to_opted] == ["reasoning.delta", "custom"]
+    assert [e["type"] for e in to_plain] == ["custom"]
+    await plain.disconnect()
+    await opted.disconnect()
 
 
 async def test_a_client_that_reconnects_with_after_gets_exactly_what_it_missed(

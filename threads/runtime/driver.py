@@ -115,7 +115,8 @@ def _run_flows(
         if flow is not None:
             ended = flow.pending_after
             pending = thread_refresh(thread=thread) if ended is None else ended
-        turn = active_turn(thread=thread)
+        # Only a dead worker's turn is still active here (a flow ends its own).
+        turn = active_turn(thread=thread) if thread.status in TURN_ACTIVE else None
         if thread.terminated_at is not None or thread.stop_requested:
             if turn is not None:
                 _end_interrupted(thread, fence, turn)

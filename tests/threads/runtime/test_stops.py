@@ -19,7 +19,7 @@ from django.db import connection
 from agents.registry import HookName, hook, tool
 from common.errors import Conflict
 from tests.threads.runtime.conftest import Engine, Row, prompt, rows
-from threads.models import Event, Message, Thread, Turn
+from threads.models import Event, Log, Message, Thread, Turn
 from threads.runtime import stops as stops_module
 from threads.runtime.driver import DriveResult
 from threads.runtime.stops import StopReason
@@ -603,6 +603,13 @@ def test_stop_aborts_a_slow_model_call_at_once(
     assert stored[1].metadata["status_kind"] == "stopped_by_user"
     thread.refresh_from_db()
     assert (thread.status, thread.stop_requested) == ("cancelled", True)
+    aborted = Log.objects.get(thread=thread, kind="llm")
+    assert (aborted.data["aborted"], aborted.data["total_tokens"]) == (True, None)
+    failed = Event.objects.get(thread=thread, type="model.failed")
+    assert (failed.payload["aborted"], failed.payload["log_id"]) == (True, str(aborted.id))
+    assert Event.objects.filter(thread=thread, type="message.deleted").count() == 1
+    turn = Turn.objects.get(thread=thread)
+    assert (turn.status, turn.outcome) == ("cancelled", "aborted_by_user")
 
 
 @pytest.mark.django_db(transaction=True)
