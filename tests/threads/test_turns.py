@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import redis
 from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from agents.providers.base import Usage
@@ -497,3 +499,45 @@ def test_turns_waiting_long_with_no_worker_read_waiting_resource(
     Turn.objects.filter(pk=queued["id"]).update(created_at=1)
 
     assert _read(api, thread)["status"] == RunStatus.WAITING_RESOURCE
+
+
+# Bad input ---------------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    body=st.dictionaries(
+        st.sampled_from(["input", "multitask_strategy", "metadata", "other"]), _json, max_size=4
+    )
+    | _json,
+    query=st.dictionaries(
+        st.sampled_from(["timeout", "status", "limit", "offset"]), st.text(max_size=12), max_size=3
+    ),
+)
+def test_any_body_or_query_on_the_turn_routes_is_answered_without_a_500(
+    engine: Engine, api: APIClient, body: Any, query: dict[str, str]
+) -> None:
+    thread = helper(engine)
+    url = f"/api/v1/threads/{thread.id}/turns"
+
+    posted = api.post(url, body, format="json")
+    listed = api.get(url, query)
+    turn = Turn.objects.filter(thread=thread).first()
+    waited = api.get(f"/api/v1/turns/{turn.pk}/wait", {**query, "timeout": "0"}) if turn else None
+
+    assert posted.status_code in (202, 400, 409, 413), posted.content
+    if posted.status_code != 202:
+        assert set(posted.json()["error"]) >= {"code", "message"}
+    assert listed.status_code in (200, 400), listed.content
+    if waited is not None:
+        assert waited.status_code in (200, 400), waited
