@@ -123,7 +123,7 @@ def test_write_streams_an_iterator_of_chunks(thread: Thread) -> None:
 def test_write_over_the_size_cap_names_it_and_leaves_nothing(
     thread: Thread, media: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(files.validation, "MAX_FILE_BYTES", 10)
 
     with pytest.raises(LimitExceeded, match="MAX_FILE_BYTES"):
         file_write(

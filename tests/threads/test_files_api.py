@@ -117,7 +117,7 @@ def test_multipart_without_file_field_is_400(member: APIClient, thread: Thread) 
 def test_upload_over_the_cap_is_413_naming_it(
     member: APIClient, thread: Thread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(files, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(files.validation, "MAX_FILE_BYTES", 10)
 
     response = member.put(_fs(thread, "big.bin"), b"x" * 11, content_type="application/x")
 

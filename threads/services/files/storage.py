@@ -1,10 +1,9 @@
 """Bytes in Django's default storage and the ThreadFile rows that hold the tree.
 
 Bytes are stored under ``<tenant id>/<thread id>/<uuid>``; a write streams its input
-through :class:`_CappedReader`, which raises LimitExceeded past ``MAX_FILE_BYTES``. The
-cap is read from the package (``threads.services.files.MAX_FILE_BYTES``) when a write
-runs, so patching it there (as tests do) applies here. The row helpers scope every query
-to the thread's tenant and create missing directories.
+through :class:`_CappedReader`, which raises LimitExceeded past ``MAX_FILE_BYTES`` (read
+from :mod:`.validation` when a write runs). The row helpers scope every query to the
+thread's tenant and create missing directories.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from PIL import Image, UnidentifiedImageError
 
 from common.errors import Conflict, LimitExceeded
 from threads.models import Thread, ThreadFile
-from threads.services import files as _package  # its MAX_FILE_BYTES, read at call time
+from threads.services.files import validation
 from threads.services.files.validation import _COPY_CHUNK, _ancestors, _split
 
 # Types -----------------------------------------------------------------------------------
@@ -49,7 +48,7 @@ def _thread_prefix(tenant_id: object, thread_id: object) -> str:
 
 
 def _limit_error(size: int) -> LimitExceeded:
-    cap = _package.MAX_FILE_BYTES  # read now: patching the package's cap applies
+    cap = validation.MAX_FILE_BYTES
     return LimitExceeded(
         f"file is larger than the cap MAX_FILE_BYTES ({cap} bytes; got {size}+)",
         field="data",
@@ -90,7 +89,7 @@ class _CappedReader(io.RawIOBase):
         data = self._pending or self._next(wanted)
         data, self._pending = data[:wanted], data[wanted:]
         self.size += len(data)
-        if self.size > _package.MAX_FILE_BYTES:
+        if self.size > validation.MAX_FILE_BYTES:
             raise _limit_error(self.size)
         return data
 

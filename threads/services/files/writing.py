@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 
 from common.errors import Conflict, NotFound, ValidationFailed
 from common.time import now_us
-from threads.events import publish
+from threads.events import Outbox, publish
 from threads.models import Thread, ThreadFile
 from threads.services.files.storage import (
     FileData,
@@ -50,8 +50,10 @@ def file_write(
     metadata: Mapping[str, Any] | None = None,
     width: int | None = None,
     height: int | None = None,
+    outbox: Outbox | None = None,
 ) -> ThreadFile:
-    """Write (create or replace) the file at ``path`` and return its row.
+    """Write (create or replace) the file at ``path`` and return its row; ``outbox`` is the
+    running turn's (its ids go on the event).
 
     ``data`` is bytes, a binary file-like object or an iterable of bytes; it is streamed to
     storage in chunks before the rows are written (in one ``transaction.atomic``), so no
@@ -79,7 +81,7 @@ def file_write(
         with transaction.atomic():
             _ensure_parents(thread, path)
             row = _upsert(thread, path, key, size, mime_type, clean_metadata, width, height)
-            _announce(thread, row.path, "written")
+            _announce(thread, row.path, "written", outbox)
             return row
     except BaseException:
         _delete_quietly(key)
@@ -115,7 +117,7 @@ def _upsert(
 
 
 @transaction.atomic
-def file_mkdir(*, thread: Thread, path: str) -> ThreadFile:
+def file_mkdir(*, thread: Thread, path: str, outbox: Outbox | None = None) -> ThreadFile:
     """Create the directory ``path`` and its missing parents; an existing directory is
     returned as is. Raises Conflict when a file is at ``path`` or above it."""
     path = normalize_path(path)
@@ -123,12 +125,12 @@ def file_mkdir(*, thread: Thread, path: str) -> ThreadFile:
         return _root(thread)
     _ensure_parents(thread, path)
     row = _ensure_directory(thread, path)
-    _announce(thread, row.path, "created")
+    _announce(thread, row.path, "created", outbox)
     return row
 
 
 @transaction.atomic
-def file_rmdir(*, thread: Thread, path: str) -> None:
+def file_rmdir(*, thread: Thread, path: str, outbox: Outbox | None = None) -> None:
     """Remove the empty directory ``path``.
 
     Raises NotFound (no such directory), Conflict (a file, or not empty: the message
@@ -146,11 +148,11 @@ def file_rmdir(*, thread: Thread, path: str) -> None:
     if count:
         raise Conflict(f"directory {path} is not empty ({count} entries)", field="path")
     row.delete()
-    _announce(thread, path, "deleted")
+    _announce(thread, path, "deleted", outbox)
 
 
 @transaction.atomic
-def file_unlink(*, thread: Thread, path: str) -> bool:
+def file_unlink(*, thread: Thread, path: str, outbox: Outbox | None = None) -> bool:
     """Delete the file at ``path`` and (after commit) its bytes; False when there is none.
     Raises Conflict when ``path`` is a directory (use :func:`file_rmdir`)."""
     path = normalize_path(path)
@@ -163,13 +165,13 @@ def file_unlink(*, thread: Thread, path: str) -> bool:
         raise Conflict(f"{path} is a directory; remove it with rmdir", field="path")
     row.delete()
     _delete_after_commit([row.storage_key])
-    _announce(thread, path, "deleted")
+    _announce(thread, path, "deleted", outbox)
     return True
 
 
-def _announce(thread: Thread, path: str, change: str) -> None:
+def _announce(thread: Thread, path: str, change: str, outbox: Outbox | None) -> None:
     """Publish ``file.changed`` (path and what happened) after commit."""
-    publish(thread, "file.changed", {"path": path, "change": change})
+    publish(thread, "file.changed", {"path": path, "change": change}, outbox=outbox)
 
 
 def file_delete_all(*, thread: Thread) -> None:
