@@ -25,6 +25,7 @@ from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread,
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.runtime.stops import StopReason
+from threads.services import wakeups
 from threads.services.control import active_turn, cancel_close, stop_close
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
 from threads.services.logs import log_create
@@ -84,7 +85,7 @@ def thread_drive(
     finally:
         lock.release()
     if lock.woken:
-        _wake(thread_id, tenant_id)
+        wakeups.wake_thread(thread_id, tenant_id)
     return result
 
 
@@ -207,12 +208,6 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
     return "b" if last.side == "b" else "a"
 
 
-def _wake(thread_id: uuid.UUID | str, tenant_id: uuid.UUID | str) -> None:
-    from threads.tasks import wake_thread  # the tasks module imports this one
-
-    wake_thread(thread_id, tenant_id)
-
-
 def threads_sweep() -> int:
     """Re-enqueue threads that have waiting turns (not parked by a stop) or a turn marked
     running, and no live lock holder (a crashed worker, a lost broker message). Returns how
@@ -231,6 +226,6 @@ def threads_sweep() -> int:
     woken = 0
     for thread_id, tenant_id in candidates.items():
         if not lock_is_held(tenant_id=tenant_id, thread_id=thread_id):
-            _wake(thread_id, tenant_id)
+            wakeups.wake_thread(thread_id, tenant_id)
             woken += 1
     return woken

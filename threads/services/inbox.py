@@ -25,6 +25,7 @@ from threads.runtime.lock import control_send
 from threads.services.fence import fence_check
 from threads.services.messages import check_content, check_metadata
 from threads.services.status import turn_enqueue
+from threads.services.wakeups import wake_on_commit
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
 MAX_TOOL_ARGS_BYTES = 256 * 1024
@@ -42,13 +43,6 @@ class ThreadBusy(Conflict):
 
 def terminated_error() -> ThreadTerminated:
     return ThreadTerminated("the thread is terminated; it accepts no new work")
-
-
-def _drive_on_commit(thread: Thread) -> None:
-    from threads.tasks import wake_thread
-
-    thread_id, tenant_id = thread.id, thread.tenant_id
-    transaction.on_commit(lambda: wake_thread(thread_id, tenant_id))
 
 
 def _busy_turn(thread: Thread) -> Turn | None:
@@ -110,7 +104,7 @@ def turn_submit(
         if active is not None:
             turn_cancel_request(thread=thread, turn=active, mode=strategy)
         if host is None:
-            _drive_on_commit(thread)
+            wake_on_commit(thread)
     return turn
 
 

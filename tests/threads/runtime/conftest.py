@@ -24,6 +24,7 @@ from tenancy.models import Tenant
 from threads.models import Message, Thread
 from threads.runtime.driver import DriveResult, thread_drive
 from threads.runtime.engine import Runtime
+from threads.services import wakeups
 from threads.services.inbox import message_queue
 from threads.services.threads import thread_create
 
@@ -168,14 +169,12 @@ def drive_with(engine: Engine, thread: Thread, runtime: Runtime) -> DriveResult:
 def wakes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Thread ids that ``drive_thread`` was enqueued for, instead of sending them to the
     broker: in ``transaction=True`` tests on-commit callbacks run, and a test drives itself."""
-    from threads.tasks import drive_thread
-
     woken: list[str] = []
 
-    def enqueue(thread_id: str, tenant_id: str | None = None) -> None:
-        woken.append(thread_id)
+    def enqueue(thread_id: object, tenant_id: object) -> None:
+        woken.append(str(thread_id))
 
-    monkeypatch.setattr(drive_thread, "delay", enqueue)
+    monkeypatch.setattr(wakeups, "wake_thread", enqueue)
     return woken
 
 
