@@ -281,7 +281,7 @@ def _await_worker(thread: Thread) -> None:
     """Until the thread's flow ended and its lock is free, so the next message starts a new
     flow instead of meeting a lock holder on its way out."""
     from threads.models import RunStatus, Thread
-    from threads.runtime.lock import lock_is_held
+    from threads.services.lock import lock_is_held
 
     def idle() -> bool:
         status = Thread.objects.filter(pk=thread.pk).values_list("status", flat=True).get()

@@ -147,7 +147,7 @@ THREAD_SWEEP_INTERVAL_S = env.thread_sweep_interval_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
 }
-# A thread's lock (threads.runtime.lock) expires this long after its holder stops renewing.
+# A thread's lock (threads.services.lock) expires this long after its holder stops renewing.
 THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
 # run_code (threads.services.code): warm runner processes per process, and code tools' budget.
 SANDBOX_POOL_SIZE = env.sandbox_pool_size()

@@ -24,10 +24,10 @@ from tests.threads.runtime.conftest import Engine, prompt, rows
 from threads.models import Event, IdempotencyKey, Log, Message, RunStatus, Thread, Turn
 from threads.runtime.driver import thread_drive
 from threads.runtime.engine import Runtime
-from threads.runtime.lock import lock_acquire
 from threads.runtime.stops import StopReason
 from threads.services import turns as turns_module
 from threads.services.inbox import message_queue
+from threads.services.lock import lock_acquire
 
 Json = dict[str, Any]
 

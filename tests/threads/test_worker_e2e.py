@@ -29,9 +29,9 @@ from tests.support import current_database_url
 from tests.worker import Worker, log_on_failure, private_queue, tasks_routed_to, worker_start
 from threads.models import Log, Message, Thread, Turn
 from threads.runtime.driver import threads_sweep
-from threads.runtime.lock import lock_is_held
 from threads.services.fence import StaleFence, fence_acquire, fence_retire, fence_take
 from threads.services.inbox import message_queue
+from threads.services.lock import lock_is_held
 from threads.services.messages import message_inject
 from threads.services.threads import thread_create
 

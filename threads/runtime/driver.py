@@ -23,11 +23,11 @@ from django.db import connection, transaction
 from agents.providers.base import AbortSignal
 from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread, Turn
 from threads.runtime.engine import Flow, Runtime, Side
-from threads.runtime.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.runtime.stops import StopReason
 from threads.services import wakeups
 from threads.services.control import active_turn, cancel_close, stop_close
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
+from threads.services.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import thread_rest, turn_fail_crashed, turn_finish

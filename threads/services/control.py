@@ -21,9 +21,9 @@ from django.db import transaction
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import TURN_ACTIVE, TURN_TERMINAL, Message, RunStatus, Thread, Turn
-from threads.runtime.lock import control_send, lock_acquire
 from threads.services.fence import fence_acquire, fence_check
 from threads.services.inbox import terminated_error, turn_cancel_request
+from threads.services.lock import control_send, lock_acquire
 from threads.services.messages import message_delete, message_inject
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import (

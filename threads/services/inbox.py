@@ -21,8 +21,8 @@ from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.ids import new_id
 from threads.events import Outbox
 from threads.models import TURN_ACTIVE, RunStatus, Thread, Turn, TurnKind, TurnSource, TurnStrategy
-from threads.runtime.lock import control_send
 from threads.services.fence import fence_check
+from threads.services.lock import control_send
 from threads.services.messages import check_content, check_metadata
 from threads.services.status import turn_enqueue
 from threads.services.wakeups import wake_on_commit

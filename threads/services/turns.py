@@ -29,8 +29,8 @@ from threads.models import (
     Thread,
     Turn,
 )
-from threads.runtime.lock import lock_is_held
 from threads.services.fence import fence_check
+from threads.services.lock import lock_is_held
 from threads.services.messages import message_json
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
 

@@ -12,8 +12,8 @@ from typing import TypedDict, cast
 import pytest
 import redis
 
-from threads.runtime import lock as lock_module
-from threads.runtime.lock import (
+from threads.services import lock as lock_module
+from threads.services.lock import (
     CONTROL_TTL_MS,
     LOCK_TTL_MS,
     RENEW_EVERY_MS,
