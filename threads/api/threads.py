@@ -12,10 +12,10 @@ from rest_framework.response import Response
 
 from tenancy.viewsets import TenantScopedViewSet
 from threads.models import EnvType, RunStatus, Thread
+from threads.runtime.lifecycle import thread_open
 from threads.services.threads import (
     EnvInput,
     thread_counts,
-    thread_create,
     thread_delete,
     thread_list,
     thread_update,
@@ -113,7 +113,7 @@ class ThreadViewSet(TenantScopedViewSet):
         payload = ThreadCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        thread = thread_create(
+        thread = thread_open(
             tenant=self.principal.tenant,
             agent_name=data["agent"],
             user_id=data.get("user_id", ""),

@@ -15,7 +15,9 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.registry import HookEntry, HookName, RegistryView
+from agents import selectors
+from agents.registry import HookEntry, HookName, RegistryView, current_registry
+from common.errors import NotFound
 
 if TYPE_CHECKING:
     from threads.state import ThreadState
@@ -122,10 +124,6 @@ class Hooks:
 def thread_hooks(state: ThreadState) -> Hooks:
     """The hooks of ``state``'s thread at rest: its prompt's (side A's unless the state
     names one), else its agent's. No hooks when the agent no longer exists."""
-    from agents import selectors
-    from agents.registry import current_registry
-    from common.errors import NotFound
-
     thread = state.thread
     view = current_registry().visible_to(thread.tenant.slug)
     try:

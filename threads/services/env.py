@@ -23,7 +23,7 @@ from typing import Any, Literal
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from agents.selectors import platform_env
+from agents.selectors import agent_load, platform_env, prompt_load
 from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
@@ -318,8 +318,6 @@ class EnvResolver:
 def scoped_env_names(*, thread: Thread) -> set[str]:
     """Names declared ``scoped: true`` by the variables of ``thread``'s agent's side prompts:
     those come only from the spawn, never from a parent (DIGEST §11)."""
-    from agents.selectors import agent_load, prompt_load
-
     try:
         agent = agent_load(tenant=thread.tenant, name=thread.agent_name)
     except NotFound:

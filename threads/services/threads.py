@@ -17,6 +17,8 @@ from common.time import now_us, to_us
 from tenancy.models import Tenant
 from threads.events import publish
 from threads.models import RunStatus, Thread
+from threads.services.env import thread_env_set
+from threads.services.files import file_delete_all
 from threads.services.turns import threads_in_status
 
 MAX_TAGS = 50
@@ -61,9 +63,9 @@ def thread_create(
     env: Mapping[str, EnvInput] | None = None,
     parent: Thread | None = None,
 ) -> Thread:
-    """A new thread of ``agent_name`` (which must exist: ValidationFailed naming ``agent``)."""
-    from threads.services.env import thread_env_set
-
+    """A new thread of ``agent_name`` (which must exist: ValidationFailed naming ``agent``).
+    Its ``after_thread_created`` hooks are the runtime's to run
+    (``threads.runtime.lifecycle.thread_open``)."""
     try:
         agent_load(tenant=tenant, name=agent_name)
     except NotFound as error:
@@ -82,18 +84,7 @@ def thread_create(
     for name, item in (env or {}).items():
         thread_env_set(thread=thread, name=name, value=item.value, type=item.type)
     publish(thread, "thread.created", {"id": str(thread.id), "agent": thread.agent_name})
-    _after_thread_created(thread)
     return thread
-
-
-def _after_thread_created(thread: Thread) -> None:
-    """Run ``after_thread_created`` before any execution; a failing hook is logged and does
-    not undo the thread."""
-    from agents.registry import HookName
-    from threads.runtime.hooks import thread_hooks
-    from threads.state import ThreadState
-
-    thread_hooks(ThreadState(thread)).notify(HookName.AFTER_THREAD_CREATED)
 
 
 def thread_list(
@@ -170,8 +161,6 @@ def thread_delete(*, thread: Thread) -> int:
     Returns how many threads were deleted. Stored bytes are removed after commit,
     so a rolled-back delete loses nothing.
     """
-    from threads.services.files import file_delete_all
-
     # Stand-ins made before delete(): callbacks must not depend on what delete() leaves on
     # the deleted instances, only on the ids that say where their bytes live.
     doomed = [Thread(id=row.id, tenant_id=row.tenant_id) for row in [thread, *_descendants(thread)]]

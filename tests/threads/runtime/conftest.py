@@ -24,9 +24,9 @@ from tenancy.models import Tenant
 from threads.models import Message, Thread
 from threads.runtime.driver import DriveResult, thread_drive
 from threads.runtime.engine import Runtime
+from threads.runtime.lifecycle import thread_open
 from threads.services import wakeups
 from threads.services.inbox import message_queue
-from threads.services.threads import thread_create
 
 
 class EchoArgs(BaseModel):
@@ -112,7 +112,7 @@ class Engine:
         )
 
     def thread(self, agent: str) -> Thread:
-        return thread_create(tenant=self.tenant, agent_name=agent)
+        return thread_open(tenant=self.tenant, agent_name=agent)
 
     def send(self, thread: Thread, content: str, role: str = "user") -> str:
         work = message_queue(thread=thread, role=role, content=content)

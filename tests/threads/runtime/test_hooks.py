@@ -37,6 +37,28 @@ def system_prompt(engine: Engine, index: int = 0) -> str:
     return first.text
 
 
+# Lifecycle ------------------------------------------------------------------------------------
+
+
+def test_after_thread_created_runs_once_when_a_thread_is_opened_through_the_api(
+    engine: Engine, client_for: Any
+) -> None:
+    opened: list[tuple[str, Any]] = []
+
+    @hook(HookName.AFTER_THREAD_CREATED, id="audit")
+    def audit(state: ThreadState, context: Any) -> None:
+        opened.append((state.thread_id, context))
+
+    engine.define(
+        prompts=[prompt("helper", hooks=["audit"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    created = client_for(engine.tenant).post("/api/v1/threads", {"agent": "helper"}, format="json")
+
+    assert created.status_code == 201
+    assert opened == [(created.json()["id"], PROMPT_SOURCE)]
+
+
 # Context assembly -------------------------------------------------------------------------------
 
 
