@@ -1,0 +1,255 @@
+"""``Flow``: one turn of a thread, the context object every part of the engine takes. It
+holds the flow's state (thread, fence, turn, runtime, outbox, execution, definitions,
+agent, usage, counters), runs the loop and evaluates the stop conditions (DIGEST §5.3),
+and closes what an abort left open. Tools and ``ThreadState`` reach the engine through its
+few public methods."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from agents.documents import SideConfig
+from agents.providers.base import AbortSignal, ToolCall
+from agents.registry import ToolResult
+from common.ids import new_id
+from common.time import now_us
+from threads.events import Outbox
+from threads.models import Message, Thread, Turn
+from threads.runtime.definitions import FlowDefinitions, ResolvedTool
+from threads.runtime.engine.agent import agent_load, env_value, side_config, side_is_human
+from threads.runtime.engine.agent import tool_state as agent_tool_state
+from threads.runtime.engine.base import Runtime, Side, StepFailed, StepOutcome
+from threads.runtime.engine.delegation import (
+    Handoff,
+    handoff_apply,
+    handoff_request,
+    subprompt_run,
+)
+from threads.runtime.engine.drain import inputs_drain
+from threads.runtime.engine.model_call import error_code
+from threads.runtime.engine.step import step_run
+from threads.runtime.engine.writes import event_publish, message_create, tool_log
+from threads.runtime.hooks import HookBlocked, Hooks
+from threads.runtime.records import TurnUsage
+from threads.runtime.stops import (
+    RepeatedErrors,
+    StopReason,
+    global_cap,
+    session_stop_reason,
+    turn_end,
+    turn_outcome,
+)
+from threads.runtime.tools import FlowAborted
+from threads.services import logs
+from threads.services.control import cancel_close, stop_close
+from threads.services.recovery import close_unanswered_calls
+from threads.services.status import turn_finish
+from threads.state import ExecutionState, ThreadState
+
+logger = logging.getLogger(__name__)
+
+
+class Flow:
+    """One flow of one thread. Precondition: the caller holds the thread's lock with ``fence``."""
+
+    def __init__(
+        self,
+        thread: Thread,
+        *,
+        fence: int,
+        runtime: Runtime,
+        abort: AbortSignal,
+        turn: Turn,
+        resume_side: Side | None = None,
+    ) -> None:
+        self.thread = thread
+        self.turn = turn
+        self.fence = fence
+        self.runtime = runtime
+        self.flow_id = str(new_id())
+        self.outbox = Outbox(thread, turn_id=str(turn.pk), flow_id=self.flow_id)
+        self.usage = TurnUsage()
+        self.execution = ExecutionState(flow_id=self.flow_id, abort_signal=abort)
+        self.defs = FlowDefinitions(
+            tenant=thread.tenant,
+            model_env=partial(env_value, self),
+            load_model_override=runtime.load_model,
+        )
+        self.agent = agent_load(self)
+        self.resume_side = resume_side
+        self.turns = {"a": 0, "b": 0}
+        # The seq before this flow's first message (known at its first write).
+        self.flow_start_seq: int | None = None
+        self.handoff: Handoff | None = None
+        self.repeated_errors = RepeatedErrors()
+        self.stop_session_result: str | None = None
+        # Whether the inbox had work when the flow ended (set by run()).
+        self.pending_after: bool | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self.execution.abort_signal.is_set
+
+    def run(self) -> StopReason:
+        """Run the turn until a stop condition and end it; returns the reason. StaleFence
+        propagates (the thread belongs to another worker now: nothing more may be written)."""
+        started = now_us()
+        resumed = {"resumed": True} if self.resume_side is not None else {}
+        self.publish(
+            "turn.started",
+            {"fence": self.fence, "turn_id": str(self.turn.pk), **resumed},
+        )
+        error, code = "", None
+        try:
+            reason = _loop(self)
+        except FlowAborted:
+            self.execution.stopped = True
+            reason = _abort_finish(self)
+        except HookBlocked as blocked:
+            logger.info("flow %s: %s", self.flow_id, blocked)
+            reason, error = StopReason.HOOK_BLOCKED, str(blocked)
+        except StepFailed as failed:
+            self.create_message(
+                role="system",
+                content=f"The step failed: {failed.error.message}",
+                silent=True,
+                metadata={"flow_id": self.flow_id, "error_code": failed.error.code},
+            )
+            reason, error = StopReason.STEP_ERROR, failed.error.message
+            code = error_code(failed.error)
+        status, rest = turn_outcome(reason, human_side=side_is_human(self, "b"), error_code=code)
+        # The turn's end commits as one: its status, the thread's, the flow's log, the events.
+        with self.outbox.batch():
+            self.pending_after = turn_finish(
+                thread=self.thread, fence=self.fence, turn=self.turn, status=status, rest=rest,
+                outcome=str(reason), error=error, usage=self.usage.summary(), outbox=self.outbox,
+            )  # fmt: skip
+            logs.log_create(
+                thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
+                data={"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
+                      "reason": str(reason), "started_at": started, "ended_at": now_us(),
+                      "steps": self.execution.step_count, "agent": self.agent.name},
+            )  # fmt: skip
+        return reason
+
+    # What tools, hooks and ThreadState call ----------------------------------------------------
+
+    def create_message(self, *, hooks: Hooks | None = None, **fields: Any) -> Message:
+        return message_create(self, hooks=hooks, **fields)
+
+    def publish(self, type: str, payload: Mapping[str, Any]) -> None:
+        event_publish(self, type, payload)
+
+    def log_tool(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        stored: Message | None,
+        duration_ms: float,
+        *,
+        kind: str | None,
+        log_id: uuid.UUID | None = None,
+    ) -> None:
+        tool_log(self, call, result, stored, duration_ms, kind=kind, log_id=log_id)
+
+    def tool_state(self, config: Any, prompt_name: str) -> ThreadState:
+        return agent_tool_state(self, config, prompt_name)
+
+    def stop_session(self, result: str) -> None:
+        self.stop_session_result = result
+
+    def run_subprompt(
+        self, resolved: ResolvedTool, arguments: dict[str, Any], *, issuer: Message, side: str
+    ) -> ToolResult:
+        return subprompt_run(self, resolved, arguments, issuer=issuer, side=side)
+
+    def request_handoff(self, resolved: ResolvedTool, arguments: dict[str, Any]) -> ToolResult:
+        return handoff_request(self, resolved, arguments)
+
+
+def _loop(flow: Flow) -> StopReason:
+    execution = flow.execution
+    acting: Side | None = flow.resume_side
+    while True:
+        if flow.aborted:
+            raise FlowAborted
+        drained_side = inputs_drain(flow)
+        if acting is None:
+            acting = drained_side
+        forced = execution.forced_side
+        if forced is not None:
+            acting, execution.forced_side = forced, None
+        if acting is None:
+            return StopReason.IDLE
+        if flow.stop_session_result is not None:
+            return StopReason.STATE_STOP_SESSION
+        if side_is_human(flow, acting):
+            return StopReason.FORCED_HUMAN_TURN if forced else StopReason.AWAITING_HUMAN
+        if _exchange_cap_reached(flow):
+            return StopReason.MAX_SESSION_TURNS
+        side = side_config(flow, acting)
+        if side.max_steps is not None and _side_steps(flow, acting) >= side.max_steps:
+            return StopReason.MAX_SIDE_STEPS
+        if execution.step_count >= global_cap(flow.agent):
+            return StopReason.MAX_TOTAL_STEPS
+        step = step_run(flow, acting, side)
+        reason = _stop_reason(flow, side, step)
+        if reason is not None:
+            return reason
+        if flow.handoff is not None:
+            handoff_apply(flow)
+            acting = "a"
+            continue
+        ended = turn_end(side, step.content, step.calls)
+        if ended is not None:
+            flow.turns[acting] += 1
+            flow.publish("side.completed", {"side": acting, "turns": dict(flow.turns)})
+            if execution.forced_side is not None:
+                continue  # force_turn decides who acts next (the loop's top applies it)
+            other: Side = "b" if acting == "a" else "a"
+            if side_is_human(flow, other):
+                return ended
+            acting = other
+
+
+def _stop_reason(flow: Flow, side: SideConfig, step: StepOutcome) -> StopReason | None:
+    """Spec order: session_fail, session_stop (only a successful call counts), then
+    ``state.stop_session()``, then repeated identical tool errors."""
+    reason = session_stop_reason(side, step.outcomes)
+    if reason is None and flow.stop_session_result is not None:
+        reason = StopReason.STATE_STOP_SESSION
+    return reason or flow.repeated_errors.add(step.outcomes)
+
+
+def _exchange_cap_reached(flow: Flow) -> bool:
+    cap = flow.agent.max_session_turns
+    return cap is not None and min(flow.turns["a"], flow.turns["b"]) >= cap
+
+
+def _side_steps(flow: Flow, acting: Side) -> int:
+    execution = flow.execution
+    return execution.side_a_step_count if acting == "a" else execution.side_b_step_count
+
+
+def _abort_finish(flow: Flow) -> StopReason:
+    """A stop, cancel or terminate fired: close what the turn left open (spec DIGEST
+    §18.5) as its cause says. An abort with no cause recorded (``execution.stop()``)
+    closes as a user stop."""
+    thread, fence, outbox = flow.thread, flow.fence, flow.outbox
+    thread.refresh_from_db(fields=["terminated_at", "stop_requested"])
+    if thread.terminated_at is not None:
+        close_unanswered_calls(
+            thread=thread, fence=fence, reason="Thread terminated", outbox=outbox
+        )
+        return StopReason.TERMINATED
+    if not thread.stop_requested:
+        flow.turn.refresh_from_db(fields=["cancel_requested"])
+        if flow.turn.cancel_requested:
+            outcome = cancel_close(thread=thread, fence=fence, turn=flow.turn, outbox=outbox)
+            return StopReason(outcome)
+    stop_close(thread=thread, fence=fence, flow_id=flow.flow_id, outbox=outbox)
+    return StopReason.ABORTED_BY_USER

@@ -1,0 +1,223 @@
+"""A model call: the context the acting side sees, the pending row, the call (retries,
+fallbacks, streaming), then the row filled with the answer. The abort signal is checked
+before and after the call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+
+from agents.documents import PromptDoc, SideConfig
+from agents.providers.base import (
+    LLMMessage,
+    ProviderAborted,
+    ProviderError,
+    ProviderRequest,
+    ProviderResponse,
+    ReasoningConfig,
+)
+from agents.providers.chain import generate_with_fallbacks
+from agents.registry import HookName
+from threads.models import Message, MessageStatus
+from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
+from threads.runtime.definitions import ResolvedTool
+from threads.runtime.engine.agent import side_is_human, system_env
+from threads.runtime.engine.base import Side, StepFailed
+from threads.runtime.engine.writes import event_publish, message_create, model_log, stored_role
+from threads.runtime.hooks import Hooks
+from threads.runtime.records import CallTimer
+from threads.runtime.tools import FlowAborted, stored_calls
+from threads.services.messages import history_json, message_delete, message_finish, message_json
+from threads.services.status import turn_retrying
+
+if TYPE_CHECKING:
+    from threads.runtime.engine.flow import Flow
+
+
+def context_build(
+    flow: Flow,
+    prompt: PromptDoc,
+    acting: Side,
+    hooks: Hooks,
+    *,
+    history: bool = True,
+    extra: Sequence[Message] = (),
+    relabel: bool | None = None,
+) -> list[LLMMessage]:
+    """System prompt + filtered history (+ ``extra`` rows, a subprompt's input), from the
+    acting side's perspective."""
+    state = hooks.state
+    system = render_system_prompt(
+        prompt,
+        load_prompt=flow.defs.prompt,
+        env=system_env(flow, prompt),
+        variables={
+            **(flow.thread.arguments if isinstance(flow.thread.arguments, dict) else {}),
+            **state.context,
+        },
+    )
+    system = hooks.transform(HookName.AFTER_SYSTEM_MESSAGE, system)
+    messages: list[LLMMessage] = [LLMMessage.system(str(system))]
+    if flow.flow_start_seq is None:
+        flow.flow_start_seq = _last_seq(flow)  # a flow that resumed or continued
+    stored: list[dict[str, Any]] = []
+    if history:
+        after = 0 if prompt.include_chat else flow.flow_start_seq
+        stored = history_json(thread=flow.thread, after_seq=after)
+    stored += [message_json(row) for row in extra]
+    stored = list(hooks.transform(HookName.FILTER_MESSAGES, stored))
+    flow.execution.message_history = stored
+    spec = flow.defs.model(prompt.model)
+    options = HistoryOptions(
+        include_past_tools=prompt.include_past_tools,
+        acting_side=acting,
+        relabel=relabel
+        if relabel is not None
+        else not (acting == "a" and side_is_human(flow, "b")),
+        vision=spec.capabilities.vision,
+        flow_start_seq=flow.flow_start_seq,
+    )
+    messages += history_to_llm(stored, options, read_file=state.read_file)
+    return hooks.prefilter(messages)
+
+
+def model_call(
+    flow: Flow,
+    prompt: PromptDoc,
+    acting: Side,
+    messages: Sequence[LLMMessage],
+    tools: Mapping[str, ResolvedTool],
+    hooks: Hooks,
+    *,
+    parent: Message | None,
+    stop_side: SideConfig | None = None,
+) -> tuple[Message, ProviderResponse]:
+    """A pending row, the model call (retries, fallbacks, streaming), then the row filled.
+
+    Raises FlowAborted (the pending row is deleted) or StepFailed (the row is marked
+    failed and the error logged).
+    """
+    spec = flow.defs.model(prompt.model)
+    # The pending row, the thread's acting side (what a takeover resumes) and the
+    # model.requested event commit as one.
+    with flow.outbox.batch():
+        pending = message_create(
+            flow, role=stored_role(acting), content=None,
+            status=MessageStatus.PENDING, side=acting, parent=parent,
+            metadata={"flow_id": flow.flow_id, "prompt": prompt.name},
+            acting_side=acting if parent is None else None,
+        )  # fmt: skip
+        timer = CallTimer(pending, partial(event_publish, flow), on_retry=partial(_retrying, flow))
+    request = ProviderRequest(
+        messages=messages,
+        tools=[tool.spec for tool in tools.values()],
+        tool_choice=prompt.tool_choice,
+        parallel_tool_calls=prompt.parallel_tool_calls if tools else None,
+        reasoning=ReasoningConfig(prompt.reasoning.effort, prompt.reasoning.max_tokens)
+        if prompt.reasoning
+        else None,
+        metadata={"thread_id": str(flow.thread.pk), "flow_id": flow.flow_id},
+    )
+    _checkpoint(flow, pending)
+    if flow.runtime.release_connection:
+        connection.close()  # back to the pool while the model thinks
+    try:
+        result = generate_with_fallbacks(
+            spec, request, stream=True, on_chunk=timer.on_chunk,
+            abort=flow.execution.abort_signal, base_delay_s=flow.runtime.retry_base_delay_s,
+            provider_factory=flow.runtime.provider_factory,
+        )  # fmt: skip
+    except ProviderAborted:
+        aborted = ProviderError("the call was aborted by a stop, cancel or terminate")
+        with flow.outbox.batch():
+            model_log(flow, prompt, spec, timer, None, error=aborted, aborted=True)
+            _discard(flow, pending)
+        raise FlowAborted from None
+    except ProviderError as error:
+        with flow.outbox.batch():
+            message_finish(
+                message=pending, fence=flow.fence, outbox=flow.outbox, content=None,
+                status=MessageStatus.FAILED,
+                metadata={"error": error.message, "error_code": error.code},
+            )  # fmt: skip
+            model_log(flow, prompt, spec, timer, None, error=error)
+        raise StepFailed(error) from error
+    _retrying(flow, False)
+    _checkpoint(flow, pending)
+    response = result.response
+    content = _stop_tool_content(stop_side, response)
+    calls = stored_calls(response.tool_calls)
+    proposed = hooks.transform(
+        HookName.BEFORE_CREATE_MESSAGE,
+        {**message_json(pending), "content": content or None,
+         "tool_calls": json.dumps(calls) if calls else None,
+         "status": MessageStatus.COMPLETED},
+    )  # fmt: skip
+    if not isinstance(proposed, Mapping):
+        proposed = {}
+    # The answer, the call's log and their events commit as one.
+    with flow.outbox.batch():
+        finished = message_finish(
+            message=pending, fence=flow.fence, outbox=flow.outbox,
+            content=proposed.get("content", content) or None,
+            tool_calls=calls,
+            reasoning_content=response.reasoning,
+            metadata={**(proposed.get("metadata") or {}), "model": result.spec.name},
+        )  # fmt: skip
+        hooks.notify(HookName.AFTER_CREATE_MESSAGE, message_json(finished))
+        model_log(
+            flow, prompt, result.spec, timer, result.response, attempts=result.failed_attempts
+        )
+    return finished, response
+
+
+def error_code(error: ProviderError) -> str:
+    """A failed call's code; a chain whose every attempt had the same code has that one."""
+    codes = {attempt.code for attempt in getattr(error, "attempts", ())}
+    return codes.pop() if len(codes) == 1 else error.code
+
+
+def _stop_tool_content(side: SideConfig | None, response: ProviderResponse) -> str:
+    """With ``stop_tool_response_property``, that string argument of the stop-tool call
+    replaces the assistant content before it is stored."""
+    if side is None or not side.stop_tool or not side.stop_tool_response_property:
+        return response.content
+    for call in response.tool_calls:
+        value = call.arguments.get(side.stop_tool_response_property)
+        if call.name == side.stop_tool and isinstance(value, str):
+            return value
+    return response.content
+
+
+def _retrying(flow: Flow, retrying: bool = True) -> None:
+    """A retry or fallback of the model call began (or the call answered)."""
+    turn_retrying(
+        thread=flow.thread, fence=flow.fence, turn=flow.turn, retrying=retrying,
+        outbox=flow.outbox,
+    )  # fmt: skip
+
+
+def _checkpoint(flow: Flow, pending: Message | None = None) -> None:
+    """Raise FlowAborted (deleting ``pending``) when the abort signal fired."""
+    if flow.aborted:
+        if pending is not None:
+            _discard(flow, pending)
+        raise FlowAborted
+
+
+def _discard(flow: Flow, pending: Message) -> None:
+    message_delete(thread=flow.thread, message_id=pending.id, fence=flow.fence, outbox=flow.outbox)
+
+
+def _last_seq(flow: Flow) -> int:
+    last = (
+        Message.objects.filter(thread_id=flow.thread.pk)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return last or 0
