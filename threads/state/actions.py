@@ -1,0 +1,87 @@
+"""``ThreadState``'s actions on the flow and beyond: custom events, queued and invoked
+tools, code in the sandbox, terminate and ``stop_session``; effects and subagents raise
+NotAvailable until that part of the platform exists."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from common.errors import NotAvailable
+from threads.events import publish
+from threads.state.base import StateBase
+
+if TYPE_CHECKING:
+    from sandbox import CodeExecution
+    from threads.state.thread_state import ThreadState
+
+
+def _engine_only(method: str, issue: str) -> NotAvailable:
+    return NotAvailable(f"ThreadState.{method} needs the {issue}, which this deployment lacks")
+
+
+class ActionsMixin(StateBase):
+    # Events ------------------------------------------------------------------------
+
+    def emit(self, event: str, data: Any = None) -> None:
+        """A custom event (``state.emit``): broadcast to the thread's listeners."""
+        publish(self._thread, "custom", {"name": event, "data": data}, outbox=self.outbox)
+
+    # Engine-backed (later) -----------------------------------------------------------
+
+    def queue_tool(self, name: str, args: Mapping[str, Any] | None = None) -> None:
+        """During execution: run after the current step's tool calls. At rest: starts a
+        standalone execution that runs it, then lets side A respond."""
+        if self.execution is not None:
+            self.execution.tool_queue.append((name, dict(args or {})))
+            return
+        from threads.services.inbox import tool_queue
+
+        tool_queue(thread=self._thread, name=name, args=args)
+
+    def invoke_tool(self, name: str, args: Mapping[str, Any] | None = None) -> Any:
+        """Run a tool now and return its ToolResult. At rest a silent system message anchors
+        the call in the history (``metadata.status_kind = "runtime_tool_invocation"``)."""
+        from threads.runtime.invoke import tool_invoke
+
+        return tool_invoke(state=cast("ThreadState", self), name=name, args=dict(args or {}))
+
+    def schedule_effect(self, name: str, args: Any = None, delay_ms: int = 0) -> str:
+        raise _engine_only("schedule_effect", "effects runner")
+
+    def get_scheduled_effects(self, name: str | None = None) -> list[dict[str, Any]]:
+        raise _engine_only("get_scheduled_effects", "effects runner")
+
+    def remove_scheduled_effect(self, effect_id: str) -> bool:
+        raise _engine_only("remove_scheduled_effect", "effects runner")
+
+    def run_code(self, source: str, options: Mapping[str, Any] | None = None) -> CodeExecution:
+        """Run ``source`` in a fresh QuickJS sandbox (spec runtime §13, DIGEST §17); returns the
+        handle at once: ``result()`` (or ``await``), ``terminate(reason)``, ``running``,
+        ``reports``. Inside a flow, stopping or terminating the flow terminates it."""
+        from threads.services.code import code_run
+
+        abort = self.execution.abort_signal if self.execution is not None else None
+        return code_run(source, options, abort=abort)
+
+    def terminate(self) -> None:
+        """Soft-terminate (spec runtime §10): later sends are refused (409), in-flight work
+        is aborted. Idempotent."""
+        from threads.services.control import thread_terminate
+
+        thread_terminate(thread=self._thread)
+        if self.execution is not None:
+            self.execution.abort_signal.set()
+
+    def stop_session(self, *, result: str = "Session stopped.", **options: Any) -> None:
+        """End the current session after this step (``state_stop_session``). Needs an
+        active execution."""
+        if self.execution is None or self._flow is None:
+            raise NotAvailable("stop_session needs an active execution (a tool or hook of a flow)")
+        self._flow.stop_session(result)
+
+    def notify_parent(self, content: str) -> None:
+        raise _engine_only("notify_parent", "subagents support")
+
+    def set_status(self, status: str) -> None:
+        raise _engine_only("set_status", "subagents support")
