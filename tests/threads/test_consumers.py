@@ -122,6 +122,10 @@ async def test_reasoning_deltas_reach_only_sockets_that_asked_for_them(tenant: T
     plain = await _thread_socket(thread, key)
     opted = await _open(f"/ws/threads/{thread.id}/?after=0&reasoning=1", key=key)
     delta = {"message_id": "m", "depth": 0, "delta": "thinking"}
+    # A live event first: both sockets are then known members of the thread's group.
+    await database_sync_to_async(ThreadState(thread).emit)("before", 0)
+    for socket in (plain, opted):
+        await _receive_until(socket, lambda e: e["type"] == "custom")
 
     await database_sync_to_async(publish)(thread, "reasoning.delta", delta)
     await database_sync_to_async(ThreadState(thread).emit)("after", 1)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from agents.providers.base import Usage
+from agents.registry import tool
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key
 from tests.threads.runtime.conftest import Engine, prompt, rows
@@ -541,3 +542,34 @@ def test_any_body_or_query_on_the_turn_routes_is_answered_without_a_500(
     assert listed.status_code in (200, 400), listed.content
     if waited is not None:
         assert waited.status_code in (200, 400), waited
+
+
+def test_what_a_tool_writes_during_a_turn_carries_the_turns_and_steps_ids(
+    engine: Engine, api: APIClient
+) -> None:
+    @tool(description="Writes a note and remembers it.")
+    def note(state: Any) -> str:
+        state.write_file("/notes/a.txt", "hello", "text/plain")
+        state.set_value("last_note", "/notes/a.txt")
+        state.emit("noted", {"path": "/notes/a.txt"})
+        return "noted"
+
+    engine.define(
+        prompts=[prompt("helper", tools=["note"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.tool_calls([{"name": "note"}]).text("Done.")
+    turn_id = submit(api, thread, "take a note")["id"]
+
+    engine.drive(thread)
+
+    written = {
+        event.type: event
+        for event in Event.objects.filter(
+            thread=thread, type__in=["file.changed", "kv.changed", "custom"]
+        )
+    }
+    assert set(written) == {"file.changed", "kv.changed", "custom"}
+    assert {event.turn_id for event in written.values()} == {turn_id}
+    assert {event.step_id for event in written.values()} == {f"{turn_id}:1"}

@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from common.errors import NotAvailable
 from threads.events import publish
+from threads.runtime.invoke import tool_invoke
+from threads.services.code import code_run
+from threads.services.control import thread_terminate
+from threads.services.inbox import tool_queue
 from threads.state.base import StateBase
 
 if TYPE_CHECKING:
@@ -35,15 +39,12 @@ class ActionsMixin(StateBase):
         if self.execution is not None:
             self.execution.tool_queue.append((name, dict(args or {})))
             return
-        from threads.services.inbox import tool_queue
 
         tool_queue(thread=self._thread, name=name, args=args)
 
     def invoke_tool(self, name: str, args: Mapping[str, Any] | None = None) -> Any:
         """Run a tool now and return its ToolResult. At rest a silent system message anchors
         the call in the history (``metadata.status_kind = "runtime_tool_invocation"``)."""
-        from threads.runtime.invoke import tool_invoke
-
         return tool_invoke(state=cast("ThreadState", self), name=name, args=dict(args or {}))
 
     def schedule_effect(self, name: str, args: Any = None, delay_ms: int = 0) -> str:
@@ -59,16 +60,12 @@ class ActionsMixin(StateBase):
         """Run ``source`` in a fresh QuickJS sandbox (spec runtime §13, DIGEST §17); returns the
         handle at once: ``result()`` (or ``await``), ``terminate(reason)``, ``running``,
         ``reports``. Inside a flow, stopping or terminating the flow terminates it."""
-        from threads.services.code import code_run
-
         abort = self.execution.abort_signal if self.execution is not None else None
         return code_run(source, options, abort=abort)
 
     def terminate(self) -> None:
         """Soft-terminate (spec runtime §10): later sends are refused (409), in-flight work
         is aborted. Idempotent."""
-        from threads.services.control import thread_terminate
-
         thread_terminate(thread=self._thread)
         if self.execution is not None:
             self.execution.abort_signal.set()

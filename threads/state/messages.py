@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from agents.registry import HookName
 from threads.models import TurnSource
+from threads.runtime.hooks import thread_hooks
 from threads.services import logs, messages
+from threads.services.inbox import message_queue
 from threads.state.base import StateBase
 from threads.state.execution import MessagesResult
 
@@ -47,9 +50,6 @@ class MessagesMixin(StateBase):
     ) -> dict[str, Any]:
         """Persist a message now; it starts nothing. ``before_create_message`` may change
         content, metadata and silent, and its error prevents the insert (spec §8)."""
-        from agents.registry import HookName
-        from threads.runtime.hooks import thread_hooks
-
         hooks = thread_hooks(cast("ThreadState", self))
         proposed: dict[str, Any] = {"role": role, "content": content, "silent": silent,
                                     "metadata": dict(metadata or {})}  # fmt: skip
@@ -73,9 +73,6 @@ class MessagesMixin(StateBase):
     ) -> dict[str, Any]:
         """Change content and/or merge metadata, through ``before_update_message`` (which may
         change the updates) and ``after_update_message``."""
-        from agents.registry import HookName
-        from threads.runtime.hooks import thread_hooks
-
         hooks = thread_hooks(cast("ThreadState", self))
         updates = {key: value for key, value in (("content", content), ("metadata", metadata))
                    if value is not messages.UNSET}  # fmt: skip
@@ -107,8 +104,6 @@ class MessagesMixin(StateBase):
         """Queue a message. During a turn it joins that turn and is drained before its next
         step; at rest it is a turn of its own (``user`` -> side A acts, ``assistant`` -> side
         B). Returns the message id it will have. Conflict on a terminated thread."""
-        from threads.services.inbox import message_queue
-
         flow = self._flow
         turn = message_queue(
             thread=self._thread, role=role, content=content, attachments=list(attachments),

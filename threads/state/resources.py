@@ -9,6 +9,7 @@ from agents import selectors as definitions
 from agents.documents import AgentDoc, PromptDoc
 from agents.providers.base import ModelSpec
 from common.errors import NotFound
+from threads.services.env import EnvResolver, thread_env_set_everywhere
 from threads.state.base import StateBase
 
 
@@ -34,8 +35,6 @@ class ResourcesMixin(StateBase):
     # Env -----------------------------------------------------------------------
 
     def _resolver(self) -> Any:
-        from threads.services.env import EnvResolver
-
         agent: AgentDoc | None
         prompt: PromptDoc | None
         try:
@@ -77,6 +76,4 @@ class ResourcesMixin(StateBase):
     ) -> None:
         """Write the thread's env and its non-terminated descendants' (minus names their
         agents declare scoped). ``type`` None keeps an existing type; new names are secret."""
-        from threads.services.env import thread_env_set_everywhere
-
         thread_env_set_everywhere(thread=self._thread, name=name, value=value, type=type)
