@@ -480,9 +480,9 @@ def test_taking_the_fence_loads_the_thread_and_its_tenant_as_the_orm_would(
     taken = fence_take(thread_id=thread.pk, tenant_id=tenant.pk)
 
     assert taken is not None
-    loaded, fence, pending = taken
+    loaded, fence, next_turn_id = taken
     expected = Thread.objects.select_related("tenant").get(pk=thread.pk)
-    assert (fence, pending) == (expected.fence, True)
+    assert (fence, next_turn_id) == (expected.fence, Turn.objects.get(thread=thread).pk)
     fields = [field.attname for field in Thread._meta.concrete_fields]
     assert [getattr(loaded, name) for name in fields] == [getattr(expected, n) for n in fields]
     assert loaded.arguments == {"topic": "tea"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -68,7 +69,7 @@ def thread_drive(
         taken = fence_take(thread_id=thread_id, tenant_id=tenant_id)
         if taken is None:  # deleted (or not this tenant's): nothing to run
             return DriveResult(acquired=False)
-        thread, fence, pending = taken
+        thread, fence, next_turn_id = taken
         result.fence = fence
         with Heartbeat(
             lock,
@@ -78,7 +79,7 @@ def thread_drive(
             on_lost=lambda: _lock_lost(thread, fence, abort),
         ):
             runtime = runtime or Runtime(release_connection=True)
-            _run_flows(thread, fence, runtime, abort, result, pending=pending)
+            _run_flows(thread, fence, runtime, abort, result, next_turn_id=next_turn_id)
     except StaleFence as error:
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
@@ -107,15 +108,17 @@ def _run_flows(
     abort: AbortSignal,
     result: DriveResult,
     *,
-    pending: bool,
+    next_turn_id: Any,
 ) -> None:
     """Run the thread's turns, one flow each, until none waits. Precondition: ``thread``
-    and ``pending`` are as :func:`fence_take` read them."""
+    and ``next_turn_id`` are as :func:`fence_take` read them."""
     flow: Flow | None = None
+    pending = next_turn_id is not None
     while not abort.is_set:
         if flow is not None:
             ended = flow.pending_after
             pending = thread_refresh(thread=thread) if ended is None else ended
+            next_turn_id = None
         # Only a dead worker's turn is still active here (a flow ends its own).
         turn = active_turn(thread=thread) if thread.status in TURN_ACTIVE else None
         if thread.terminated_at is not None or thread.stop_requested:
@@ -128,6 +131,9 @@ def _run_flows(
                 _end_interrupted(thread, fence, turn)
                 continue
             resume = _recover(thread, fence, turn)
+        elif next_turn_id is not None:  # read with the fence: no statement of its own
+            turn = Turn(id=next_turn_id, tenant_id=thread.tenant_id, thread=thread,
+                        status=RunStatus.QUEUED)  # fmt: skip
         elif pending:
             turn = _next_turn(thread)
         if turn is None:

@@ -31,6 +31,11 @@ HAS_WAITING = (
 # What a lock holder decides on: the thread's state and whether turns wait. Every
 # statement that reads it returns these columns, in this order (see apply_state).
 STATE_COLUMNS = f"status, acting_side, terminated_at, stop_requested, agent_name, {HAS_WAITING}"
+# The turn that runs next: the first waiting one (NULL when none waits).
+NEXT_WAITING = (
+    "(SELECT id FROM threads_turn WHERE thread_id = threads_thread.id AND host_id IS NULL "
+    "AND status = 'queued' ORDER BY position LIMIT 1)"
+)
 # The statements are built from the constants above only; every value is a parameter.
 _ACQUIRE = (
     "UPDATE threads_thread SET fence = fence + 1 WHERE id = %s "  # noqa: S608
@@ -74,10 +79,11 @@ def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
     return fence, apply_state(thread, state)
 
 
-def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, bool] | None:
+def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, Any] | None:
     """:func:`fence_acquire` for a thread not loaded yet: one statement takes the next fence
-    and reads the thread (its tenant attached). Returns the thread, the fence and whether
-    the turns wait; None when no thread ``thread_id`` of ``tenant_id`` exists.
+    and reads the thread (its tenant attached). Returns the thread, the fence and the id of
+    the turn that runs next (None when none waits); None when no thread ``thread_id`` of
+    ``tenant_id`` exists.
 
     Precondition: the caller has just acquired the thread's lock.
     """
@@ -87,7 +93,7 @@ def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, bool] | 
         row = cursor.fetchone()
     if row is None:
         return None
-    *columns, pending = row
+    *columns, next_turn_id = row
     values = [value if value is None else _convert(value, steps) for value, steps in
               zip(columns, converters, strict=True)]  # fmt: skip
     thread_fields, tenant_fields = _take_fields()
@@ -95,7 +101,7 @@ def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, bool] | 
     thread = Thread.from_db(connection.alias, thread_fields, values[:split])
     tenant = Tenant.from_db(connection.alias, tenant_fields, values[split:])
     Thread.tenant.field.set_cached_value(thread, tenant)
-    return thread, thread.fence, bool(pending)
+    return thread, thread.fence, next_turn_id
 
 
 def _convert(value: Any, steps: Sequence[Callable[..., Any]]) -> Any:
@@ -122,7 +128,7 @@ def _take_plan() -> tuple[str, list[list[Callable[..., Any]]]]:
     sql = (
         "UPDATE threads_thread SET fence = threads_thread.fence + 1 "  # noqa: S608
         "FROM tenancy_tenant WHERE threads_thread.id = %s AND threads_thread.tenant_id = %s "
-        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns}, {HAS_WAITING}"
+        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns}, {NEXT_WAITING}"
     )
     converters = []
     for field in fields:

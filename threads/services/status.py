@@ -260,7 +260,7 @@ _END = (
     "ELSE host_id END, status = CASE WHEN %(keep)s THEN status ELSE 'cancelled' END, "
     "ended_at = CASE WHEN %(keep)s THEN NULL ELSE %(now)s END "
     "WHERE thread_id IN (SELECT id FROM t) AND host_id = %(turn)s AND status = 'queued') "
-    "SELECT * FROM t"
+    "SELECT t.*, EXISTS (SELECT 1 FROM ended WHERE id = %(turn)s) FROM t"
 )
 
 
@@ -296,11 +296,12 @@ def turn_finish(
         )  # fmt: skip
         row = cursor.fetchone()
         if row is not None:
-            *state, left_over = row[1:]
+            *state, left_over, ended = row[1:]
             waiting = apply_state(thread, state) or bool(left_over)
+            _thread_status_event(thread, before, outcome, outbox)
+        if row is not None and ended:  # a turn cancelled before it started has ended already
             turn.status, turn.ended_at, turn.outcome, turn.error = status, now, outcome, error
             turn.usage = dict(usage) if usage is not None else None
-            _thread_status_event(thread, before, outcome, outbox)
             publish(
                 thread, TURN_END_EVENTS[status],
                 {"turn_id": str(turn.pk), "status": status, "reason": outcome,
