@@ -1,4 +1,5 @@
-"""The base of every route under ``/api/v1/threads/{thread_id}/``."""
+"""The bases of the routes that address one of the tenant's objects: a thread
+(``/api/v1/threads/{thread_id}/…``) or a turn (``/api/v1/turns/{turn_id}/…``)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from rest_framework.views import APIView
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.viewsets import request_principal
-from threads.models import Thread
+from threads.models import Thread, Turn
 from threads.services.idempotency import HEADER, idempotent_call, request_hash
 from threads.services.threads import thread_get
+from threads.services.turns import turn_get
 
 
-class ThreadScopedView(APIView):
-    """Resolves ``thread_id`` within the caller's tenant (another tenant's thread is 404).
+class TenantObjectView(APIView):
+    """Resolves the URL's object within the caller's tenant (another tenant's is a 404)
+    after authentication and permissions, before the handler, whatever the body says.
 
     Roles as everywhere: ``read_role`` for safe methods, ``write_role`` for the rest.
     """
@@ -31,10 +34,19 @@ class ThreadScopedView(APIView):
         return request_principal(self.request)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        """After authentication and permissions, before the handler: another tenant's
-        thread is a 404 whatever the request body says."""
         super().initial(request, *args, **kwargs)
-        self.thread()
+        self.resolve()
+
+    def resolve(self) -> object:
+        """Look the URL's object up (cached); NotFound when the tenant has none."""
+        raise NotImplementedError
+
+
+class ThreadScopedView(TenantObjectView):
+    """Resolves ``thread_id`` within the caller's tenant."""
+
+    def resolve(self) -> object:
+        return self.thread()
 
     def thread(self) -> Thread:
         """The URL's thread, looked up once per request."""
@@ -42,6 +54,21 @@ class ThreadScopedView(APIView):
         if cached is None:
             cached = thread_get(tenant=self.principal.tenant, thread_id=self.kwargs["thread_id"])
             self._thread = cached
+        return cached
+
+
+class TurnScopedView(TenantObjectView):
+    """Resolves ``turn_id`` within the caller's tenant."""
+
+    def resolve(self) -> object:
+        return self.turn()
+
+    def turn(self) -> Turn:
+        """The URL's turn (its thread attached), looked up once per request."""
+        cached: Turn | None = getattr(self, "_turn", None)
+        if cached is None:
+            cached = turn_get(tenant=self.principal.tenant, turn_id=self.kwargs["turn_id"])
+            self._turn = cached
         return cached
 
 

@@ -25,7 +25,7 @@ from threads.services.inbox import (
     QUEUEABLE_ROLES,
     continue_queue,
     message_queue,
-    queued_message_json,
+    queued_message_fields,
     terminated_error,
 )
 from threads.services.messages import (
@@ -58,7 +58,7 @@ class MessageSendInput(serializers.Serializer[Any]):
         help_text="[{name, mimeType, data (base64), width?, height?}]",
     )  # fmt: skip
     silent = serializers.BooleanField(default=False)
-    metadata = serializers.DictField(required=False)
+    metadata = serializers.DictField(required=False, help_text="the message's metadata")
 
 
 class ContinueInput(serializers.Serializer[Any]):
@@ -68,13 +68,9 @@ class ContinueInput(serializers.Serializer[Any]):
 def queued_json(turn: Turn) -> dict[str, Any]:
     """The 202 answer: ``status`` queued, ``queue_id`` and ``turn_id`` (the turn it created),
     the ``turn`` itself and, for a message, the message as it will be stored."""
-    body: dict[str, Any] = {"status": "queued", "queue_id": str(turn.pk), "kind": turn.kind,
-                            "turn_id": str(turn.pk), "turn": turn_json(turn)}  # fmt: skip
-    message = queued_message_json(turn)
-    if message is not None:
-        body["message_id"] = message["id"]
-        body["message"] = message
-    return body
+    body = {"status": "queued", "queue_id": str(turn.pk), "kind": turn.kind,
+            "turn_id": str(turn.pk), "turn": turn_json(turn)}  # fmt: skip
+    return {**body, **queued_message_fields(turn)}
 
 
 class MessageInjectInput(serializers.Serializer[Any]):

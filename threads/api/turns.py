@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -27,22 +27,18 @@ from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from tenancy.models import Role
-from tenancy.principals import Principal
-from tenancy.viewsets import request_principal
-from threads.api.base import ThreadScopedView, idempotent
+from threads.api.base import ThreadScopedView, TurnScopedView, idempotent
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
+from threads.api.messages import MessageSendInput
 from threads.broadcast import unbatched
 from threads.events import TURN_END_EVENTS, EventType, thread_group
 from threads.models import TURN_TERMINAL, Event, RunStatus, Turn, TurnSource, TurnStrategy
-from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
+from threads.services.attachments import attachments_store
 from threads.services.control import turn_cancel
-from threads.services.inbox import QUEUEABLE_ROLES, message_queue, queued_message_json
+from threads.services.inbox import message_queue, queued_message_fields
 from threads.services.status import turn_json
 from threads.services.turns import (
-    turn_get,
     turn_list,
     turn_message_ids,
     turn_messages,
@@ -59,21 +55,8 @@ RECHECK_S = 5.0
 _WAKING = frozenset({*TURN_END_EVENTS.values(), EventType.QUEUE_CHANGED})
 
 
-class TurnInput(serializers.Serializer[Any]):
-    content = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, trim_whitespace=False
-    )
-    role = serializers.ChoiceField(choices=QUEUEABLE_ROLES, default="user")
-    attachments = serializers.ListField(
-        child=serializers.DictField(), required=False, max_length=MAX_ATTACHMENTS,
-        help_text="[{name, mimeType, data (base64), width?, height?}]",
-    )  # fmt: skip
-    silent = serializers.BooleanField(default=False)
-    metadata = serializers.DictField(required=False, help_text="the message's metadata")
-
-
 class TurnSubmitInput(serializers.Serializer[Any]):
-    input = TurnInput()
+    input = MessageSendInput(help_text="the message: content, role, attachments, silent, metadata")
     multitask_strategy = serializers.ChoiceField(
         choices=TurnStrategy.choices, default=TurnStrategy.ENQUEUE
     )
@@ -92,12 +75,7 @@ class TurnWaitQuery(serializers.Serializer[Any]):
 
 def submitted_json(turn: Turn) -> dict[str, Any]:
     """A 202 answer: the turn, and for a message turn the message as it will be stored."""
-    body = turn_json(turn)
-    message = queued_message_json(turn)
-    if message is not None:
-        body["message_id"] = message["id"]
-        body["message"] = message
-    return body
+    return {**turn_json(turn), **queued_message_fields(turn)}
 
 
 def _detail(turn: Turn) -> dict[str, Any]:
@@ -153,29 +131,7 @@ class ThreadTurnsView(ThreadScopedView):
         )  # fmt: skip
 
 
-class TurnView(APIView):
-    """Resolves ``turn_id`` within the caller's tenant (another tenant's turn is 404)."""
-
-    read_role: ClassVar[Role] = Role.READ_ONLY
-    write_role: ClassVar[Role] = Role.MEMBER
-
-    @property
-    def principal(self) -> Principal:
-        return request_principal(self.request)
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)
-        self.turn()
-
-    def turn(self) -> Turn:
-        cached: Turn | None = getattr(self, "_turn", None)
-        if cached is None:
-            cached = turn_get(tenant=self.principal.tenant, turn_id=self.kwargs["turn_id"])
-            self._turn = cached
-        return cached
-
-
-class TurnDetailView(TurnView):
+class TurnDetailView(TurnScopedView):
     @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="turns_retrieve")
     def get(self, request: Request, turn_id: str) -> Response:
         """The turn: status, outcome, error, usage and the ids of the messages it wrote."""
@@ -189,7 +145,7 @@ class TurnDetailView(TurnView):
         return Response(_detail(turn_remove(thread=turn.thread, turn=turn)))
 
 
-class TurnCancelView(TurnView):
+class TurnCancelView(TurnScopedView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="turns_cancel")
     def post(self, request: Request, turn_id: str) -> Response:
         """interrupt_turn: a queued turn ends cancelled at once; a running one is aborted
@@ -200,7 +156,7 @@ class TurnCancelView(TurnView):
         return Response(_detail(turn_cancel(thread=turn.thread, turn=turn)))
 
 
-class TurnPromoteView(TurnView):
+class TurnPromoteView(TurnScopedView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="turns_promote")
     def post(self, request: Request, turn_id: str) -> Response:
         """promote_queued_turn: the queued turn moves to the front of its thread's queue;
@@ -223,7 +179,7 @@ def _ended(turn: Turn) -> bool:
     return Turn.objects.filter(pk=turn.pk, status__in=TURN_TERMINAL).exists()
 
 
-class TurnWaitView(TurnView):
+class TurnWaitView(TurnScopedView):
     @extend_schema(
         parameters=[TurnWaitQuery],
         responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
@@ -330,7 +286,7 @@ def _turn_start(turn: Turn) -> int:
     return int(found["newest"] or 0)
 
 
-class TurnStreamView(TurnView):
+class TurnStreamView(TurnScopedView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(

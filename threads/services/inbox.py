@@ -189,13 +189,15 @@ def continue_queue(*, thread: Thread, side: str = "a") -> Turn:
     )  # fmt: skip
 
 
-def queued_message_json(turn: Turn) -> dict[str, Any] | None:
-    """The message a message turn will store, as it will look (``status: queued``)."""
+def queued_message_fields(turn: Turn) -> dict[str, Any]:
+    """For a message turn, ``message_id`` and ``message``: the message it will store, as it
+    will look (``status: queued``); nothing for other turns."""
     payload = turn.payload
     if "message_id" not in payload:
-        return None
-    return {
+        return {}
+    message = {
         "id": payload["message_id"], "role": payload["role"], "content": payload["content"],
         "attachments": payload["attachments"], "silent": payload["silent"],
         "metadata": payload["metadata"], "status": "queued", "created_at": turn.created_at,
     }  # fmt: skip
+    return {"message_id": message["id"], "message": message}

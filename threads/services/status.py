@@ -188,12 +188,8 @@ def turn_inputs_take(
     taken = []
     for id, position, kind, payload, host_id, thread_changed in rows:
         item = turn if id == turn.pk else Turn(id=id, tenant_id=thread.tenant_id, thread=thread)
-        item.position, item.kind, item.payload, item.host_id = (
-            position,
-            kind,
-            jsonb_value(payload),
-            host_id,
-        )
+        item.position, item.kind, item.host_id = position, kind, host_id
+        item.payload = jsonb_value(payload)
         item.status, item.fence = S.RUNNING, fence
         item._state.adding = False
         taken.append(item)
