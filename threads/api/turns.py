@@ -252,7 +252,8 @@ class _TurnScope(StreamScope):
     def keep(self, delivery: Delivery) -> bool:
         if delivery.type == EventType.QUEUE_CHANGED:
             return self._in_queue_change(delivery)
-        return f'"turn_id": "{self.turn_id}"' in delivery.text and (
+        # The id's text first: most frames of a busy thread are another turn's.
+        return self.turn_id in delivery.text and (
             json.loads(delivery.text).get("turn_id") == self.turn_id
         )
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -34,10 +33,6 @@ from threads.services.lock import lock_is_held
 from threads.services.messages import message_json
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
 
-# Statuses only the read model shows: derived when read, never stored.
-DERIVED = frozenset(
-    {RunStatus.STREAMING, RunStatus.LOST, RunStatus.STALE, RunStatus.WAITING_RESOURCE}
-)
 INCIDENTS_SHOWN = 5
 
 
@@ -108,19 +103,12 @@ def turn_promote_queued(*, thread: Thread, turn: Turn) -> Turn:
 # The read model --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Liveness:
-    """Whether a worker holds the thread's lock: True, False, or None (unknown: Redis could
-    not be asked)."""
-
-    held: bool | None
-
-
-def _liveness(thread: Thread) -> Liveness:
+def _worker_holds(thread: Thread) -> bool | None:
+    """Whether a worker holds the thread's lock; None when Redis cannot be asked."""
     try:
-        return Liveness(lock_is_held(tenant_id=thread.tenant_id, thread_id=thread.pk))
+        return lock_is_held(tenant_id=thread.tenant_id, thread_id=thread.pk)
     except redis.RedisError:
-        return Liveness(None)
+        return None
 
 
 def read_status(thread: Thread) -> str:
@@ -131,7 +119,7 @@ def read_status(thread: Thread) -> str:
     holds the thread)."""
     stored = thread.status
     if stored in TURN_ACTIVE:
-        live = _liveness(thread).held
+        live = _worker_holds(thread)
         if live is None:
             return RunStatus.STALE
         if not live:
@@ -153,7 +141,7 @@ def read_status(thread: Thread) -> str:
         )
         patience_us = 2 * settings.THREAD_SWEEP_INTERVAL_S * 1_000_000
         if oldest is not None and now_us() - oldest > patience_us:
-            live = _liveness(thread).held
+            live = _worker_holds(thread)
             if live is False:
                 return RunStatus.WAITING_RESOURCE
     return stored
