@@ -18,16 +18,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kombu import Exchange, Queue
 
 from config import env
 from config.celery import app
+
+T = TypeVar("T")
 
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 5.0
@@ -188,6 +190,20 @@ def celery_worker(
         raise
     finally:
         worker.stop()
+
+
+def wait_until(probe: Callable[[], T | None], *, what: str, worker: Worker, timeout: float) -> T:
+    """Poll ``probe`` until it returns a truthy value; on timeout, fail with the worker's log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for {what}\n--- worker log ---\n{worker.log()}"
+            )
+        time.sleep(0.05)
 
 
 def print_log(worker: Worker) -> None:

@@ -32,7 +32,14 @@ from config.launcher import background_server
 from tenancy.models import Tenant
 from tests.factories import make_api_key
 from tests.support import current_database_url
-from tests.worker import Worker, log_on_failure, private_queue, tasks_routed_to, worker_start
+from tests.worker import (
+    Worker,
+    log_on_failure,
+    private_queue,
+    tasks_routed_to,
+    wait_until,
+    worker_start,
+)
 from threads.events import envelope_of
 from threads.models import TURN_TERMINAL, Event, Message, Thread, Turn
 from threads.runtime.driver import threads_sweep
@@ -272,17 +279,8 @@ def _slow_then_fast(tenant: Tenant, slow_ms: int = SLOW_MS, fast_ms: int = 50) -
 def _until(
     probe: Callable[[], T | None], *, what: str, worker: Worker, timeout: float = TIMEOUT_S
 ) -> T:
-    """Poll ``probe`` until it returns a truthy value; on timeout, fail with the worker's log."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for {what}\n--- worker log ---\n{worker.log()}"
-            )
-        time.sleep(0.05)
+    """:func:`tests.worker.wait_until` with this module's timeout."""
+    return wait_until(probe, what=what, worker=worker, timeout=timeout)
 
 
 def _ended(turn_ids: Sequence[str], worker: Worker) -> list[Turn]:

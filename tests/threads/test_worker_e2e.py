@@ -26,7 +26,14 @@ from agents.bundles import bundle_import
 from tenancy.models import Tenant
 from tests.factories import make_tenant
 from tests.support import current_database_url
-from tests.worker import Worker, log_on_failure, private_queue, tasks_routed_to, worker_start
+from tests.worker import (
+    Worker,
+    log_on_failure,
+    private_queue,
+    tasks_routed_to,
+    wait_until,
+    worker_start,
+)
 from threads.models import Log, Message, Thread, Turn
 from threads.runtime.driver import threads_sweep
 from threads.services.fence import StaleFence, fence_acquire, fence_retire, fence_take
@@ -126,17 +133,8 @@ def _define(
 def _wait_until(
     probe: Callable[[], T | None], *, what: str, worker: Worker, timeout: float = SETTLE_TIMEOUT_S
 ) -> T:
-    """Poll ``probe`` until it returns a truthy value; on timeout, fail with the worker's log."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for {what}\n--- worker log ---\n{worker.log()}"
-            )
-        time.sleep(0.05)
+    """:func:`tests.worker.wait_until` with this module's timeout."""
+    return wait_until(probe, what=what, worker=worker, timeout=timeout)
 
 
 def _settled(thread: Thread) -> bool:
