@@ -26,12 +26,12 @@ from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread,
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.stops import StopReason
 from threads.services import wakeups
-from threads.services.control import active_turn, cancel_close, stop_close
+from threads.services.control import active_turn, interrupted_turn_end
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
 from threads.services.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
-from threads.services.status import thread_rest, turn_fail_crashed, turn_finish
+from threads.services.status import thread_rest, turn_fail_crashed
 
 logger = logging.getLogger(__name__)
 
@@ -123,12 +123,12 @@ def _run_flows(
         turn = active_turn(thread=thread) if thread.status in TURN_ACTIVE else None
         if thread.terminated_at is not None or thread.stop_requested:
             if turn is not None:
-                _end_interrupted(thread, fence, turn)
+                interrupted_turn_end(thread=thread, fence=fence, turn=turn)
             return
         resume: Side | None = None
         if turn is not None:
             if turn.cancel_requested:
-                _end_interrupted(thread, fence, turn)
+                interrupted_turn_end(thread=thread, fence=fence, turn=turn)
                 continue
             resume = _recover(thread, fence, turn)
         elif next_turn_id is not None:  # read with the fence: no statement of its own
@@ -167,24 +167,6 @@ def _next_turn(thread: Thread) -> Turn | None:
         .order_by("position")
         .first()
     )
-
-
-def _end_interrupted(thread: Thread, fence: int, turn: Turn) -> None:
-    """A turn whose worker died while a stop, cancel or terminate was asked of it: close it
-    as its flow would have, and end it ``cancelled``."""
-    with transaction.atomic():
-        if thread.terminated_at is not None:
-            reason = StopReason.TERMINATED
-            close_unanswered_calls(thread=thread, fence=fence, reason="Thread terminated")
-        elif thread.stop_requested:
-            reason = StopReason.ABORTED_BY_USER
-            stop_close(thread=thread, fence=fence)
-        else:
-            reason = StopReason(cancel_close(thread=thread, fence=fence, turn=turn))
-        turn_finish(
-            thread=thread, fence=fence, turn=turn, status=RunStatus.CANCELLED,
-            rest=RunStatus.CANCELLED, outcome=str(reason),
-        )  # fmt: skip
 
 
 def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:

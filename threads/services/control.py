@@ -95,23 +95,45 @@ def _finish_without_flow(thread: Thread) -> None:
     try:
         fence, _waiting = fence_acquire(thread=thread)
         turn = active_turn(thread=thread)
-        if turn is None:
-            return
-        with transaction.atomic():
-            if thread.terminated_at is not None:
-                reason = "terminated"
-                close_unanswered_calls(thread=thread, fence=fence, reason="Thread terminated")
-            elif thread.stop_requested:
-                reason = "aborted_by_user"
-                stop_close(thread=thread, fence=fence)
-            else:
-                reason = cancel_close(thread=thread, fence=fence, turn=turn)
-            turn_finish(
-                thread=thread, fence=fence, turn=turn, status=RunStatus.CANCELLED,
-                rest=RunStatus.CANCELLED, outcome=reason,
-            )  # fmt: skip
+        if turn is not None:
+            interrupted_turn_end(thread=thread, fence=fence, turn=turn)
     finally:
         lock.release()
+
+
+def interruption_close(
+    *, thread: Thread, fence: int, turn: Turn, outbox: Outbox | None = None
+) -> str:
+    """Close what an interrupted turn left open as the interruption's cause says, and return
+    the outcome to record: ``terminated`` (its calls get ``Thread terminated``),
+    ``aborted_by_user`` (a stop, or an abort with no cause recorded such as
+    ``execution.stop()``), or the cancel's (see :func:`cancel_close`).
+
+    Precondition: the caller holds the thread's lock with ``fence``, and ``thread``'s
+    ``terminated_at`` and ``stop_requested`` and ``turn``'s ``cancel_requested`` are current.
+    """
+    if thread.terminated_at is not None:
+        close_unanswered_calls(
+            thread=thread, fence=fence, reason="Thread terminated", outbox=outbox
+        )
+        return "terminated"
+    if not thread.stop_requested and turn.cancel_requested:
+        return cancel_close(thread=thread, fence=fence, turn=turn, outbox=outbox)
+    flow_id = outbox.flow_id if outbox is not None else None
+    stop_close(thread=thread, fence=fence, flow_id=flow_id or None, outbox=outbox)
+    return "aborted_by_user"
+
+
+def interrupted_turn_end(*, thread: Thread, fence: int, turn: Turn) -> None:
+    """A turn whose worker died while a stop, cancel or terminate was asked of it: close it
+    as its flow would have and end it ``cancelled``, in one transaction. Precondition as
+    :func:`interruption_close`."""
+    with transaction.atomic():
+        outcome = interruption_close(thread=thread, fence=fence, turn=turn)
+        turn_finish(
+            thread=thread, fence=fence, turn=turn, status=RunStatus.CANCELLED,
+            rest=RunStatus.CANCELLED, outcome=outcome,
+        )  # fmt: skip
 
 
 def stop_close(

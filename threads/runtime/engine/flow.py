@@ -45,8 +45,7 @@ from threads.runtime.stops import (
 )
 from threads.runtime.tools import FlowAborted
 from threads.services import logs
-from threads.services.control import cancel_close, stop_close
-from threads.services.recovery import close_unanswered_calls
+from threads.services.control import interruption_close
 from threads.services.status import turn_finish
 from threads.state import ExecutionState, ThreadState
 
@@ -237,19 +236,10 @@ def _side_steps(flow: Flow, acting: Side) -> int:
 
 def _abort_finish(flow: Flow) -> StopReason:
     """A stop, cancel or terminate fired: close what the turn left open (spec DIGEST
-    §18.5) as its cause says. An abort with no cause recorded (``execution.stop()``)
-    closes as a user stop."""
-    thread, fence, outbox = flow.thread, flow.fence, flow.outbox
-    thread.refresh_from_db(fields=["terminated_at", "stop_requested"])
-    if thread.terminated_at is not None:
-        close_unanswered_calls(
-            thread=thread, fence=fence, reason="Thread terminated", outbox=outbox
-        )
-        return StopReason.TERMINATED
-    if not thread.stop_requested:
-        flow.turn.refresh_from_db(fields=["cancel_requested"])
-        if flow.turn.cancel_requested:
-            outcome = cancel_close(thread=thread, fence=fence, turn=flow.turn, outbox=outbox)
-            return StopReason(outcome)
-    stop_close(thread=thread, fence=fence, flow_id=flow.flow_id, outbox=outbox)
-    return StopReason.ABORTED_BY_USER
+    §18.5) as its cause says (:func:`interruption_close`)."""
+    flow.thread.refresh_from_db(fields=["terminated_at", "stop_requested"])
+    flow.turn.refresh_from_db(fields=["cancel_requested"])
+    outcome = interruption_close(
+        thread=flow.thread, fence=flow.fence, turn=flow.turn, outbox=flow.outbox
+    )
+    return StopReason(outcome)
