@@ -1,5 +1,6 @@
-"""Opening a thread: the stored thread, then its ``after_thread_created`` hooks (spec DIGEST
-§8), which run before any execution, in the transaction that creates it."""
+"""Opening a thread: its required variables checked (spec DIGEST §11), the stored thread,
+then its ``after_thread_created`` hooks (spec DIGEST §8), which run before any execution, in
+the transaction that creates it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any
 from django.db import transaction
 
 from agents.registry import HookName
+from agents.selectors import agent_load
 from tenancy.models import Tenant
 from threads.models import Thread
 from threads.runtime.hooks import thread_hooks
+from threads.runtime.spawn import immediate_entries, immediate_submit
 from threads.services.threads import EnvInput, thread_create
+from threads.services.variables import required_variables_check
 from threads.state import ThreadState
 
 
@@ -25,12 +29,16 @@ def thread_open(
     metadata: Mapping[str, Any] | None = None,
     env: Mapping[str, EnvInput] | None = None,
 ) -> Thread:
-    """:func:`thread_create`, then ``after_thread_created``: a failing hook is logged and does
-    not undo the thread."""
+    """:func:`required_variables_check` (ValidationFailed naming ``env.<NAME>`` when a required
+    variable is missing), :func:`thread_create`, then ``after_thread_created``: a failing hook
+    is logged and does not undo the thread; a turn spawns the agent's immediate subagents."""
+    required_variables_check(tenant=tenant, agent_name=agent_name, env=env or {})
     with transaction.atomic():
         thread = thread_create(
             tenant=tenant, agent_name=agent_name, user_id=user_id, tags=tags,
             metadata=metadata, env=env,
         )  # fmt: skip
         thread_hooks(ThreadState(thread)).notify(HookName.AFTER_THREAD_CREATED)
+        if immediate_entries(agent_load(tenant=tenant, name=agent_name), tenant):
+            immediate_submit(thread)  # its immediate subagents start now (DIGEST §6.5)
     return thread

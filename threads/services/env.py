@@ -23,7 +23,8 @@ from typing import Any, Literal
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from agents.selectors import agent_load, platform_env, prompt_load
+from agents.graph import scoped_variable_names
+from agents.selectors import platform_env
 from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
@@ -316,22 +317,9 @@ class EnvResolver:
 
 
 def scoped_env_names(*, thread: Thread) -> set[str]:
-    """Names declared ``scoped: true`` by the variables of ``thread``'s agent's side prompts:
-    those come only from the spawn, never from a parent (DIGEST §11)."""
-    try:
-        agent = agent_load(tenant=thread.tenant, name=thread.agent_name)
-    except NotFound:
-        return set()
-    names: set[str] = set()
-    for side in (agent.side_a, agent.side_b):
-        if side is None:
-            continue
-        try:
-            prompt = prompt_load(tenant=thread.tenant, name=side.prompt)
-        except NotFound:
-            continue
-        names.update(variable.name for variable in prompt.variables if variable.scoped)
-    return names
+    """Names declared ``scoped: true`` anywhere in the graph of ``thread``'s agent: those
+    come only from the spawn, never from a parent (DIGEST §11)."""
+    return scoped_variable_names(tenant=thread.tenant, agent_name=thread.agent_name)
 
 
 @transaction.atomic
