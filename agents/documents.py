@@ -95,6 +95,8 @@ SUBPROMPT_KEYS = frozenset({"include_text_response", "include_tool_calls", "incl
 SUBAGENT_KEYS = frozenset({"blocking", "resumable", "immediate", "init_agent_name_property"})
 INIT_KEYS = frozenset({"init_user_message_property", "init_attachments_property"})
 TOOL_CONFIG_KEYS = frozenset({"env", "options"})
+# The tools the runtime offers in place of resumable subagents (DIGEST §6.3).
+LIFECYCLE_TOOLS = frozenset({"subagent_create", "subagent_message", "subagents"})
 
 
 class ToolConfig(Strict):

@@ -10,9 +10,10 @@ tool, prompt, then agent.
 
 Two rules of §11 read it: every required variable must be provided when a thread is
 created, and a child thread does not inherit the names declared ``scoped`` anywhere in its
-graph. A target agent's variables keep their flags: its scoped ones stay scoped (they come
-from the spawn), and its required non-scoped ones count as required for the thread being
-created, because a child inherits that thread's env.
+graph. Variables reached through a subagent (a ``dual_ai`` target, which runs on a child
+thread) are marked ``beyond``: their required non-scoped ones still count as required for
+the thread being created, because a child inherits that thread's env, but their scoped ones
+belong to that child's own spawn, not to this thread's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class GraphVariable:
     required: bool
     scoped: bool
     declared_in: str
+    beyond: bool = False  # declared in the graph of a subagent (another thread)
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,11 @@ def agent_graph_variables(
 
 
 def scoped_variable_names(*, tenant: Tenant, agent_name: str) -> set[str]:
-    """Names declared ``scoped: true`` anywhere in ``agent_name``'s graph: a child thread of
-    this agent takes them only from its spawn, never from its parent."""
+    """Names declared ``scoped: true`` in the part of ``agent_name``'s graph that runs on its
+    own thread: a child thread of this agent takes them only from its spawn, never from its
+    parent (its own subagents' scoped names come with their spawns)."""
     variables = agent_graph_variables(tenant=tenant, agent_name=agent_name)
-    return {variable.name for variable in variables if variable.scoped}
+    return {v.name for v in variables if v.scoped and not v.beyond}
 
 
 @dataclass
@@ -95,17 +98,21 @@ class _Walk:
     defaults: set[str] = field(default_factory=set)
     _seen: set[tuple[str, str]] = field(default_factory=set)
     _version: str | None = None
+    _beyond: bool = False  # walking a subagent's graph
 
-    def agent(self, name: str) -> None:
+    def agent(self, name: str, *, target: bool = False) -> None:
         doc = self._first(
             ("agent", name), lambda: selectors.agent_load(tenant=self.tenant, name=name)
         )
         if doc is None:
             return
+        outer = self._beyond
+        self._beyond = outer or (target and doc.type == "dual_ai")
         self.defaults.update(doc.env)
         self.prompt(doc.side_a.prompt)
         if doc.type == "dual_ai" and doc.side_b is not None:
             self.prompt(doc.side_b.prompt)
+        self._beyond = outer
 
     def prompt(self, name: str) -> None:
         doc = self._first(
@@ -134,13 +141,14 @@ class _Walk:
         elif name in self._names("prompts", selectors.prompt_names):
             self.prompt(name)
         elif name in self._names("agents", selectors.agent_names):
-            self.agent(name)
+            self.agent(name, target=True)
 
     def _declare(self, variables: Iterable[VariableDefinition], where: str) -> None:
         for variable in variables:
             found = GraphVariable(
-                variable.name, variable.type, variable.required, variable.scoped, where
-            )
+                variable.name, variable.type, variable.required, variable.scoped, where,
+                self._beyond,
+            )  # fmt: skip
             self.variables[found] = None
 
     def _first(self, key: tuple[str, str], load: Callable[[], T]) -> T | None:

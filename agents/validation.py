@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 from agents.documents import (
     INIT_KEYS,
+    LIFECYCLE_TOOLS,
     SUBAGENT_KEYS,
     SUBPROMPT_KEYS,
     TOOL_CONFIG_KEYS,
@@ -184,19 +185,29 @@ class _Context:
             )  # fmt: skip
             return
         allowed: frozenset[str]
+        schema: dict[str, Any] | None = None
         if target in self.defs.prompts:
             what, allowed = "a prompt (subprompt)", SUBPROMPT_KEYS | INIT_KEYS
+            schema = self.defs.prompts[target].required_schema
         elif target in self.defs.agents:
             agent = self.defs.agents[target]
             if not agent.expose_as_tool:
                 yield Problem(
                     "prompts", doc.name, path, f"agent {target!r} is not exposed as a tool"
                 )
+            side_a = self.defs.prompts.get(agent.side_a.prompt)
+            schema = side_a.required_schema if side_a is not None else None
             if agent.type == "dual_ai":
                 what, allowed = "a dual_ai agent (subagent)", SUBAGENT_KEYS | INIT_KEYS
+                if schema is None:
+                    schema = {"properties": {"message": {}}}  # its default call schema
+                if isinstance(ref, ToolConfig):
+                    yield from self._subagent_entry(doc, index, ref, agent, side_a)
             else:
                 what, allowed = "an ai_human agent (handoff)", INIT_KEYS
-        elif target in self.defs.code_tools or self.registry.has_tool(target):
+        elif target in self.defs.code_tools:
+            what, allowed = "a code tool", frozenset({"env"})
+        elif self.registry.has_tool(target):
             what, allowed = "a tool", TOOL_CONFIG_KEYS
         else:
             yield Problem(
@@ -209,6 +220,64 @@ class _Context:
                 yield Problem(
                     "prompts", doc.name, f"tools[{index}].{key}",
                     f"{key} does not apply: {target!r} is {what}",
+                )  # fmt: skip
+            yield from self._init_properties(doc, index, ref, schema)
+
+    def _init_properties(
+        self, doc: PromptDoc, index: int, ref: ToolConfig, schema: dict[str, Any] | None
+    ) -> Iterator[Problem]:
+        """``init_*_property`` must name an argument of the call, or it never has a value."""
+        properties = (schema or {}).get("properties") or {}
+        for key in ("init_user_message_property", "init_attachments_property",
+                    "init_agent_name_property"):  # fmt: skip
+            prop = getattr(ref, key)
+            if prop is not None and prop not in properties:
+                known = ", ".join(sorted(properties)) or "none"
+                yield Problem(
+                    "prompts", doc.name, f"tools[{index}].{key}",
+                    f"{prop!r} is not an argument of {ref.name!r} (its arguments: {known})",
+                )  # fmt: skip
+
+    def _subagent_entry(
+        self, doc: PromptDoc, index: int, ref: ToolConfig, agent: AgentDoc,
+        side_a: PromptDoc | None,
+    ) -> Iterator[Problem]:  # fmt: skip
+        """What a subagent entry's keys can drive (DIGEST §6.1)."""
+        at = f"tools[{index}]"
+        if ref.resumable:
+            for key in sorted(ref.keys_set() & (INIT_KEYS | {"init_agent_name_property"})):
+                yield Problem(
+                    "prompts", doc.name, f"{at}.{key}",
+                    f"{key} does not apply to a resumable subagent: it is created with "
+                    "subagent_create, whose message, attachments and name say the same",
+                )  # fmt: skip
+        if ref.immediate:
+            required = ((side_a.required_schema or {}).get("required") if side_a else None) or []
+            if required:
+                yield Problem(
+                    "prompts", doc.name, f"{at}.immediate",
+                    f"an immediate subagent starts without arguments, but {agent.name!r} "
+                    f"requires {', '.join(map(str, required))} (its side A prompt's "
+                    "required_schema)",
+                )  # fmt: skip
+            if not any(
+                side is not None and side.prompt == doc.name
+                for other in self.defs.agents.values()
+                for side in (other.side_a, other.side_b)
+            ):
+                yield Problem(
+                    "prompts", doc.name, f"{at}.immediate",
+                    "immediate subagents start when a thread of an agent whose side uses "
+                    "this prompt is created; no agent uses it as a side prompt yet",
+                    "warning",
+                )  # fmt: skip
+        names = {tool_ref_name(other) for other in doc.tools}
+        if ref.resumable:
+            for reserved in sorted(names & LIFECYCLE_TOOLS):
+                yield Problem(
+                    "prompts", doc.name, at,
+                    f"{reserved!r} is the lifecycle tool of resumable subagents; a tool of "
+                    "that name cannot be listed beside one",
                 )  # fmt: skip
 
     def agent(self, doc: AgentDoc) -> Iterator[Problem]:

@@ -1,7 +1,18 @@
 from django.urls import include, path
 
 from common.api import Router
-from threads.api import code, endpoints, env, events, files, logs, messages, turns, values
+from threads.api import (
+    code,
+    endpoints,
+    env,
+    events,
+    files,
+    logs,
+    messages,
+    subagents,
+    turns,
+    values,
+)
 from threads.api.threads import ThreadViewSet
 
 router = Router()
@@ -17,6 +28,7 @@ thread_routes = [
     *endpoints.urlpatterns,
     *code.urlpatterns,
     *turns.urlpatterns,
+    *subagents.urlpatterns,
 ]
 
 urlpatterns = [

@@ -18,7 +18,8 @@ class ToolResult:
 
     ``attachments`` hold spec ToolAttachments ``{name, mimeType, data (base64), width?,
     height?}`` or AttachmentRefs ``{type: "file", path, ...}``; ``error_code`` and ``error_data``
-    are the builder's machine-readable extras for errors.
+    are the builder's machine-readable extras for errors; ``subagent_id`` names the child
+    thread of a subagent call.
     """
 
     status: Literal["success", "error"]
@@ -27,6 +28,7 @@ class ToolResult:
     attachments: tuple[Mapping[str, Any], ...] = ()
     error_code: str | None = None
     error_data: Any = None
+    subagent_id: str | None = None  # the child thread a subagent tool call concerns
 
     @classmethod
     def success(
@@ -47,6 +49,7 @@ class ToolResult:
             "attachments": [dict(item) for item in self.attachments] or None,
             "error_code": self.error_code,
             "error_data": self.error_data,
+            "subagent_id": self.subagent_id,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         return body

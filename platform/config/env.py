@@ -170,6 +170,27 @@ def thread_sweep_interval_s() -> int:
     return _positive("THREAD_SWEEP_INTERVAL_S", 10)
 
 
+def subagent_max_depth() -> int:
+    """How deep a subagent tree may grow (a top-level thread is depth 0)."""
+    return _positive("SUBAGENT_MAX_DEPTH", 5)
+
+
+def subagent_max_children() -> int:
+    """Live (not terminated) children one thread may have, whatever its relationships say."""
+    return _positive("SUBAGENT_MAX_CHILDREN", 50)
+
+
+def subagent_wait_s() -> int:
+    """How long a blocking subagent call waits for the child's session before it answers
+    that the result will arrive as a message."""
+    return _positive("SUBAGENT_WAIT_S", 600)
+
+
+def variable_request_ttl_s() -> int:
+    """How long a pending variable-bootstrap request can be completed."""
+    return _positive("VARIABLE_REQUEST_TTL_S", 86_400)
+
+
 def sandbox_pool_size() -> int:
     """Warm QuickJS runner processes per web or worker process (run_code, code tools)."""
     return _positive("SANDBOX_POOL_SIZE", 2)

@@ -149,6 +149,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
 }
 # A thread's lock (threads.services.lock) expires this long after its holder stops renewing.
 THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
+# Subagents (threads.runtime.subagents): tree depth, live children per thread, how long a
+# blocking call waits, how long a variable-bootstrap request stays open.
+SUBAGENT_MAX_DEPTH = env.subagent_max_depth()
+SUBAGENT_MAX_CHILDREN = env.subagent_max_children()
+SUBAGENT_WAIT_S = env.subagent_wait_s()
+VARIABLE_REQUEST_TTL_S = env.variable_request_ttl_s()
 # run_code (threads.services.code): warm runner processes per process, and code tools' budget.
 SANDBOX_POOL_SIZE = env.sandbox_pool_size()
 CODE_TOOL_TIMEOUT_S = env.code_tool_timeout_s()

@@ -178,8 +178,8 @@ def test_subagent_and_handoff_targets_are_walked_keeping_their_flags(tenant: Ten
 
     assert found == [
         GraphVariable("LEAD_KEY", "secret", False, False, "prompt lead"),
-        GraphVariable("REGION", "secret", True, True, "prompt pro"),
-        GraphVariable("SEARCH_KEY", "secret", True, False, "prompt con"),
+        GraphVariable("REGION", "secret", True, True, "prompt pro", beyond=True),
+        GraphVariable("SEARCH_KEY", "secret", True, False, "prompt con", beyond=True),
         GraphVariable("LEDGER", "secret", True, False, "prompt clerk"),
     ]
 
@@ -276,7 +276,9 @@ def test_an_unknown_agent_has_an_empty_graph(tenant: Tenant) -> None:
     assert scoped_variable_names(tenant=tenant, agent_name="ghost") == set()
 
 
-def test_scoped_names_come_from_anywhere_in_the_graph(tenant: Tenant) -> None:
+def test_scoped_names_come_from_the_graph_on_the_agents_own_thread(tenant: Tenant) -> None:
+    """Includes, subprompts and handoffs run on the thread; a subagent's scoped names come
+    with its own spawn."""
     define(
         tenant,
         prompts=[
@@ -295,7 +297,7 @@ def test_scoped_names_come_from_anywhere_in_the_graph(tenant: Tenant) -> None:
     )
 
     assert scoped_variable_names(tenant=tenant, agent_name="boss") == {
-        "RULES_TOKEN", "WORKER_TOKEN", "REGION",
+        "RULES_TOKEN", "WORKER_TOKEN",
     }  # fmt: skip
 
 

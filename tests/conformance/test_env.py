@@ -160,8 +160,6 @@ def test_set_env_reaches_live_descendants_but_not_scoped_or_terminated_ones(
     names."""
     bundle = rich_bundle()
     bundle["prompts"][3]["variables"] = [{"name": "REGION", "scoped": True}]  # prompt "pro"
-    # "helper" must not reach "debate": a name scoped anywhere in a graph is not inherited.
-    del bundle["prompts"][0]["tools"][2]  # {"name": "debate", ...} of prompt "assistant"
     bundle_import(tenant=tenant, document=bundle)
     parent = make_thread(tenant, agent_name="helper")
     child = make_thread(tenant, agent_name="helper", parent=parent)

@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from agents.bundles import bundle_export
 from agents.registry import thread_endpoint, use_registry
+from common.time import now_us
 from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import ApiKey, Role, Tenant
@@ -33,6 +34,7 @@ from threads.models import (
     ThreadFile,
     ThreadValue,
     Turn,
+    VariableRequest,
 )
 from threads.services.control import turn_cancel
 from threads.services.env import thread_env_set
@@ -108,6 +110,17 @@ def _owned_turn(tenant: Tenant) -> dict[str, str]:
     return {"turn_id": str(turn.pk)}
 
 
+def _owned_variable_request(tenant: Tenant) -> dict[str, str]:
+    """A pending variable-bootstrap request of the tenant's thread."""
+    thread = make_thread(tenant)
+    request = VariableRequest.objects.create(
+        tenant=tenant, thread=thread, relationship="helper", agent_name="helper",
+        required=["TOKEN"], missing=["TOKEN"], spawn={"message": "private"},
+        expires_at=now_us() + 3_600_000_000,
+    )  # fmt: skip
+    return {"thread_id": str(thread.id), "request_id": str(request.pk)}
+
+
 # Route name -> builds an object of the given tenant and returns the URL kwargs.
 OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-detail": lambda tenant: {"pk": str(make_thread(tenant).id)},
@@ -132,6 +145,8 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-fs-search": _owned_thread,
     "thread-fs-stats": _owned_thread,
     "thread-turns": _owned_thread,
+    "thread-children": _owned_thread,
+    "thread-variables": _owned_variable_request,
     "turn-detail": _owned_turn,
     "turn-cancel": _owned_turn,
     "turn-promote": _owned_turn,
@@ -169,6 +184,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(Event.objects.for_tenant(tenant).values()),
         list(Turn.objects.for_tenant(tenant).values()),
         list(IdempotencyKey.objects.for_tenant(tenant).values()),
+        list(VariableRequest.objects.for_tenant(tenant).values()),
     )
 
 

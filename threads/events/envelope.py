@@ -91,11 +91,4 @@ def envelope_of(event: Event, *, session_id: str | None = None) -> dict[str, Any
 
 def session_id_of(thread: Thread) -> str:
     """The root of the thread's subagent tree (the thread itself when top-level)."""
-    if thread.parent_id is None:
-        return str(thread.pk)
-    parent_id: Any = thread.parent_id
-    while True:
-        above = Thread.objects.filter(pk=parent_id).values_list("parent_id", flat=True).first()
-        if above is None:
-            return str(parent_id)
-        parent_id = above
+    return str(thread.root_id or thread.pk)

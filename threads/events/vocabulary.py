@@ -48,6 +48,7 @@ class EventType(StrEnum):
     SUBAGENT_STATUS = "subagent.status"
     SUBAGENT_COMPLETED = "subagent.completed"
     SUBAGENT_FAILED = "subagent.failed"
+    SUBAGENT_CLOSED = "subagent.closed"
     CUSTOM = "custom"
 
 
@@ -237,10 +238,15 @@ class EffectChanged(TypedDict):
 
 
 class SubagentChanged(TypedDict):
-    """A child thread's lifecycle (reserved for subagents)."""
+    """A child thread's lifecycle, on its parent: ``spawned`` (created), ``status`` (its
+    registry status changed), ``completed``/``failed`` (a session ended; ``turn_id`` is the
+    child's turn), ``closed`` (terminated). ``subagent_id`` is the child thread's id."""
 
     subagent_id: str
     status: NotRequired[str]
+    relationship: NotRequired[str]
+    name: NotRequired[str]
+    turn_id: NotRequired[str]
 
 
 class Custom(TypedDict):
@@ -286,6 +292,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.SUBAGENT_STATUS: SubagentChanged,
     EventType.SUBAGENT_COMPLETED: SubagentChanged,
     EventType.SUBAGENT_FAILED: SubagentChanged,
+    EventType.SUBAGENT_CLOSED: SubagentChanged,
     EventType.CUSTOM: Custom,
 }
 

@@ -8,6 +8,7 @@ well as ``thread`` so that scoping never depends on a join.
 from threads.models.events import Event, EventCounter
 from threads.models.statuses import THREAD_REST, TURN_ACTIVE, TURN_TERMINAL, RunStatus
 from threads.models.storage import EnvType, TenantEnv, ThreadEnv, ThreadFile, ThreadValue
+from threads.models.subagents import SubagentLink, VariableRequest
 from threads.models.threads import Log, Message, MessageRole, MessageStatus, Thread, ThreadOwned
 from threads.models.turns import (
     EffectStatus,
@@ -34,6 +35,7 @@ __all__ = [
     "MessageStatus",
     "RunStatus",
     "ScheduledEffect",
+    "SubagentLink",
     "TenantEnv",
     "Thread",
     "ThreadEnv",
@@ -44,4 +46,5 @@ __all__ = [
     "TurnKind",
     "TurnSource",
     "TurnStrategy",
+    "VariableRequest",
 ]

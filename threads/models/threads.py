@@ -19,6 +19,10 @@ class Thread(TenantOwned):
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
     )
     parent_relationship = models.CharField(max_length=64, blank=True)
+    # The root of its subagent tree (the session id); None for a top-level thread.
+    root = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     arguments = models.JSONField(null=True, blank=True)  # a subagent's initial arguments
     tags = models.JSONField(default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)

@@ -18,6 +18,7 @@ class TurnKind(models.TextChoices):
     TOOL = "tool"  # a queued tool call
     EFFECT = "effect"  # a fired effect
     CONTINUE = "continue"  # POST .../continue
+    SPAWN = "spawn"  # the immediate subagents of a new thread
 
 
 class TurnSource(models.TextChoices):
@@ -29,6 +30,8 @@ class TurnSource(models.TextChoices):
     QUEUE_TOOL = "queue_tool"  # state.queue_tool at rest
     CONTINUE = "continue"  # POST .../continue
     EFFECT = "effect"
+    SUBAGENT = "subagent"  # a child's result, failure or notification; a parent's message
+    IMMEDIATE = "immediate"  # a new thread's immediate subagents
 
 
 class TurnStrategy(models.TextChoices):

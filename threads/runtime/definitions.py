@@ -18,9 +18,19 @@ from agents.registry import RegistryView, ToolEntry, current_registry
 from common.errors import NotFound
 from tenancy.models import Tenant
 
-ToolKind = Literal["function", "code", "prompt", "handoff", "subagent"]
+ToolKind = Literal["function", "code", "prompt", "handoff", "subagent", "lifecycle"]
 T = TypeVar("T")
 ENABLED_FLAGS = frozenset({"true", "1", "yes"})
+
+
+def message_schema() -> dict[str, object]:
+    """The arguments of a subagent whose side A prompt declares no ``required_schema``."""
+    return {
+        "type": "object",
+        "properties": {"message": {"type": "string", "description": "What it should do"}},
+        "required": ["message"],
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class ResolvedTool:
     config: ToolConfig | None = None
     entry: ToolEntry | None = None  # function tools
     parameters: dict[str, object] | None = None  # the schema arguments are validated against
+    # subagent_create: the resumable relationships it creates (see engine.subagents)
+    relationships: tuple[ResolvedTool, ...] = ()
 
 
 @dataclass
@@ -152,8 +164,9 @@ class FlowDefinitions:
             if agent is None:
                 return None
             side_a = self.prompt(agent.side_a.prompt)
-            schema = (side_a.required_schema if side_a else None) or empty_object_schema()
             kind: ToolKind = "subagent" if agent.type == "dual_ai" else "handoff"
+            default = message_schema() if kind == "subagent" else empty_object_schema()
+            schema = (side_a.required_schema if side_a else None) or default
             spec = ToolSpec(name, agent.tool_description or agent.description or name, schema)
             return ResolvedTool(name, kind, spec, config, None, schema)
         return None

@@ -26,12 +26,13 @@ from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread,
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.stops import StopReason
 from threads.services import wakeups
-from threads.services.control import active_turn, interrupted_turn_end
+from threads.services.control import active_turn, child_close, interrupted_turn_end
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
 from threads.services.lock import Heartbeat, lock_acquire, lock_is_held
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import thread_rest, turn_fail_crashed
+from threads.services.subagents import awaits_release, session_end
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +53,12 @@ def thread_drive(
     thread_id: uuid.UUID | str,
     tenant_id: uuid.UUID | str | None = None,
     runtime: Runtime | None = None,
+    parent_abort: AbortSignal | None = None,
 ) -> DriveResult:
     """Run ``thread_id``'s pending work if no one else is; see the module docstring.
     Idempotent: a duplicate delivery finds the lock taken or the inbox empty. ``tenant_id``
-    (the thread's, as the wake-up carries it) saves reading it first."""
+    (the thread's, as the wake-up carries it) saves reading it first. ``parent_abort``: a
+    blocking subagent call drives its child here; stopping the parent's flow stops it."""
     if tenant_id is None:
         tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
         if tenant_id is None:
@@ -65,6 +68,7 @@ def thread_drive(
         return DriveResult(acquired=False)
     result = DriveResult(acquired=True)
     abort = AbortSignal()
+    unlink = parent_abort.add_callback(abort.set) if parent_abort is not None else None
     try:
         taken = fence_take(thread_id=thread_id, tenant_id=tenant_id)
         if taken is None:  # deleted (or not this tenant's): nothing to run
@@ -84,6 +88,8 @@ def thread_drive(
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
     finally:
+        if unlink is not None:
+            unlink()
         lock.release()
     if lock.woken:
         wakeups.wake_thread(thread_id, tenant_id)
@@ -142,8 +148,9 @@ def _run_flows(
             return
         try:
             flow = Flow(
-                thread, fence=fence, runtime=runtime, abort=abort, turn=turn, resume_side=resume
-            )
+                thread, fence=fence, runtime=runtime, abort=abort, turn=turn, resume_side=resume,
+                drive=thread_drive,
+            )  # fmt: skip
             reason = flow.run()
         except StaleFence:
             raise
@@ -155,6 +162,10 @@ def _run_flows(
                 thread=thread, fence=fence, turn=turn, error=f"{type(error).__name__}: {error}"
             )
             reason = StopReason.STEP_ERROR
+            if thread.parent_id is not None:  # its parent hears of the failed session
+                turn.refresh_from_db()
+                if session_end(child=thread, turn=turn, reason=str(reason)):
+                    child_close(child=thread)
             flow = None
         result.reasons.append(reason)
         if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED, StopReason.STEP_ERROR):
@@ -175,11 +186,14 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
     logger.warning("thread %s: taking over a turn whose worker stopped", thread.pk)
     with transaction.atomic():
         close_unanswered_calls(thread=thread, fence=fence, reason=INTERRUPTED)
+        closing = awaits_release(parent=thread)  # its blocking subagent calls were closed too
         log_create(
             thread=thread, kind="incident", fence=fence,
             data={"incident": "takeover", "turn_id": str(turn.pk), "fence": fence,
                   "detail": "the worker running this turn stopped; another took it over"},
         )  # fmt: skip
+    for child in closing:
+        child_close(child=child)
     if thread.acting_side in ("a", "b"):
         side: Side = "a" if thread.acting_side == "a" else "b"
         return side

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +96,7 @@ class ToolRunner:
         hooks: Hooks,
         parent: Message | None,
         session_bindings: Mapping[str, SessionBinding] | None = None,
+        status_tool: str | None = None,
     ) -> None:
         self.flow = flow
         self.prompt_name = prompt_name
@@ -104,6 +105,7 @@ class ToolRunner:
         self.hooks = hooks
         self.parent = parent
         self.bindings = dict(session_bindings or {})
+        self.status_tool = status_tool  # the side's session_status binding
 
     def run(self, calls: Sequence[ToolCall], *, issuer: Message) -> list[ToolOutcome]:
         """Run ``calls`` (issued by ``issuer``) in order. On abort, the calls not yet run get
@@ -120,8 +122,15 @@ class ToolRunner:
         return outcomes
 
     def run_one(
-        self, call: ToolCall, *, issuer: Message, forced: ResolvedTool | None = None
+        self,
+        call: ToolCall,
+        *,
+        issuer: Message,
+        forced: ResolvedTool | None = None,
+        execute: Callable[[], ToolResult] | None = None,
     ) -> ToolOutcome:
+        """Run one call: events, the tool (or ``execute``, which the runtime supplies for a
+        call it makes itself), the after-call hooks, the stored result and its log row."""
         self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
         log_id = new_id()
         self.flow.publish(
@@ -130,7 +139,7 @@ class ToolRunner:
         )  # fmt: skip
         started = time.perf_counter()
         resolved = forced or self.tools.get(call.name)
-        result = self._execute(call, resolved, issuer)
+        result = execute() if execute is not None else self._execute(call, resolved, issuer)
         hook = (
             HookName.AFTER_TOOL_CALL_SUCCESS
             if result.status == "success"
@@ -145,6 +154,8 @@ class ToolRunner:
             )
             result, attachments = self._session_mapping(call, result)
             stored = self._store(call, result, attachments)
+            if call.name == self.status_tool and result.status == "success":
+                self.flow.status_report(stored.content or "")
         self.hooks.notify(HookName.TOOL_CALL_DONE, call_json(call), result)
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         self.flow.log_tool(
@@ -166,6 +177,9 @@ class ToolRunner:
         self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message
     ) -> ToolResult:
         if resolved is None:
+            guidance = self.flow.direct_call_guidance(call.name, self.tools)
+            if guidance is not None:
+                return ToolResult.failure(guidance)
             offered = ", ".join(sorted(self.tools)) or "none"
             return ToolResult.failure(
                 f"Tool {call.name!r} is not available to prompt {self.prompt_name!r} "
@@ -195,11 +209,8 @@ class ToolRunner:
             return self.flow.run_subprompt(resolved, arguments, issuer=issuer, side=self.side)
         if resolved.kind == "handoff":
             return self.flow.request_handoff(resolved, arguments)
-        if resolved.kind == "subagent":
-            return ToolResult.failure(
-                f"{resolved.name!r} is a dual_ai agent: it runs as a subagent on a child thread, "
-                "which this platform does not support yet"
-            )
+        if resolved.kind in ("subagent", "lifecycle"):
+            return self.flow.run_subagent(resolved, arguments, side=self.side)
         return code_tool_run(
             self.flow.defs.code_tool(resolved.name),
             arguments,
@@ -268,6 +279,8 @@ class ToolRunner:
             metadata["error_code"] = result.error_code
         if result.error_data is not None:
             metadata["error_data"] = result.error_data
+        if result.subagent_id is not None:
+            metadata["subagent_id"] = result.subagent_id
         return self.flow.create_message(
             role="tool",
             content=content,

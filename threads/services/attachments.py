@@ -18,7 +18,7 @@ from typing import Any
 from common.errors import NotFound, ValidationFailed
 from common.time import now_us
 from threads.models import Thread, ThreadFile
-from threads.services.files import file_stat, file_write
+from threads.services.files import file_read, file_stat, file_write
 
 ATTACHMENTS_DIR = "/attachments"
 MAX_ATTACHMENTS = 20  # per message or tool result
@@ -102,3 +102,25 @@ def attachment_at(*, thread: Thread, path: object, field: str = "path") -> dict[
     if record is None or record.is_directory:
         raise NotFound(f"no file at {path}", field=field)
     return attachment_ref(record)
+
+
+def attachments_copy(
+    *, source: Thread, target: Thread, refs: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Copy the files named by ``refs`` (AttachmentRefs of ``source``) into ``target``'s
+    ``/attachments/`` under fresh paths (spec DIGEST §13: a path of one thread is not valid
+    in another); returns the AttachmentRefs in ``target``. NotFound for a missing file."""
+    copied: list[dict[str, Any]] = []
+    for index, ref in enumerate(refs):
+        path = ref.get("path")
+        data = file_read(thread=source, path=path) if isinstance(path, str) else None
+        if data is None:
+            raise NotFound(f"no file at {path}", field=f"attachments[{index}]")
+        name = str(ref.get("name") or PurePosixPath(str(path)).name)
+        mime_type = str(ref.get("mimeType") or "application/octet-stream")
+        record = file_write(
+            thread=target, path=_attachment_path(name, mime_type), data=data,
+            mime_type=mime_type, width=ref.get("width"), height=ref.get("height"),
+        )  # fmt: skip
+        copied.append({**attachment_ref(record), "name": name})
+    return copied

@@ -32,6 +32,7 @@ from threads.services.status import (
     turn_finish,
     turns_cancel_waiting,
 )
+from threads.services.subagents import link_close
 
 STOPPED_BY_USER = "Execution stopped by user"
 # What a cancelled turn's open calls and closing message say, by cancel mode.
@@ -192,8 +193,11 @@ def turn_cancel(*, thread: Thread, turn: Turn) -> Turn:
     return turn
 
 
-def thread_terminate(*, thread: Thread) -> bool:
-    """Soft-terminate: set ``terminated_at``, cancel waiting turns, abort the running one.
+def thread_terminate(*, thread: Thread, keep_status: bool = False) -> bool:
+    """Soft-terminate: set ``terminated_at``, cancel waiting turns, abort the running one;
+    the parent's registry entry says ``terminated`` (``subagent.closed``) and the thread's
+    live children are terminated too (runtime §10). ``keep_status``: a thread with nothing
+    running keeps its status (a non-resumable child closed after its session completed).
     Idempotent; returns False when the thread was already terminated."""
     with transaction.atomic():
         locked = fence_check(thread=thread, fence=None)
@@ -204,11 +208,27 @@ def thread_terminate(*, thread: Thread) -> bool:
         thread.terminated_at = now
         turns_cancel_waiting(thread=thread, outcome="terminated")
         running = active_turn(thread=thread)
-        if running is None:
-            thread_rest(thread=thread, fence=None, rest=RunStatus.CANCELLED, reason="terminated")
-        else:
+        if running is not None:
             transaction.on_commit(lambda: _signal(thread, "terminate"))
+        elif keep_status:
+            thread_settle(thread=thread)
+        else:
+            thread_rest(thread=thread, fence=None, rest=RunStatus.CANCELLED, reason="terminated")
         publish(thread, "thread.terminated", {"id": str(thread.pk), "terminated_at": now})
+        link_close(child=thread, at=now)
+        children = list(
+            Thread.objects.filter(parent_id=thread.pk, terminated_at__isnull=True).select_related(
+                "tenant"
+            )
+        )
+    for child in children:
+        thread_terminate(thread=child)
     if running is not None:
         _finish_without_flow(thread)
     return True
+
+
+def child_close(*, child: Thread) -> None:
+    """Close a non-resumable child once its session's outcome was delivered (runtime §10:
+    "auto-terminated after delivering terminal payloads"); its status stays."""
+    thread_terminate(thread=child, keep_status=True)

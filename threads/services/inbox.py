@@ -63,6 +63,7 @@ def turn_submit(
     clear_stop: bool = False,
     host: Turn | None = None,
     outbox: Outbox | None = None,
+    wake: bool = True,
 ) -> Turn:
     """Submit a turn (submit_turn): it waits in the thread's queue and the thread is woken
     after commit. Joins the caller's transaction.
@@ -71,7 +72,9 @@ def turn_submit(
     turn it would wait behind; ``interrupt`` and ``rollback`` ask the active turn to end
     ``cancelled`` and put this one first. ``clear_stop`` (a new user message) lifts a user
     stop. ``host``: the running turn this input joins (``state.queue_message`` during its
-    flow). Raises ThreadTerminated (409) on a terminated thread, NotFound when it is gone.
+    flow). ``wake`` False: the caller drives the thread itself (a blocking subagent call;
+    the sweeper wakes it if the caller dies first). Raises ThreadTerminated (409) on a
+    terminated thread, NotFound when it is gone.
     """
     if strategy not in TurnStrategy.values:
         raise ValidationFailed(
@@ -103,7 +106,7 @@ def turn_submit(
             raise NotFound("the thread no longer exists")
         if active is not None:
             turn_cancel_request(thread=thread, turn=active, mode=strategy)
-        if host is None:
+        if host is None and wake:
             wake_on_commit(thread)
     return turn
 
@@ -133,6 +136,7 @@ def message_queue(
     turn_metadata: Mapping[str, Any] | None = None,
     host: Turn | None = None,
     outbox: Outbox | None = None,
+    wake: bool = True,
 ) -> Turn:
     """Submit a message as a turn (POST .../messages, POST .../turns, ``state.queue_message``);
     the message is persisted when its turn runs, before its next model call. A ``user``
@@ -159,7 +163,7 @@ def message_queue(
     }
     return turn_submit(
         thread=thread, kind=TurnKind.MESSAGE, payload=payload, source=source, strategy=strategy,
-        metadata=turn_metadata, clear_stop=role == "user", host=host, outbox=outbox,
+        metadata=turn_metadata, clear_stop=role == "user", host=host, outbox=outbox, wake=wake,
     )  # fmt: skip
 
 

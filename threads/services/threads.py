@@ -62,8 +62,12 @@ def thread_create(
     metadata: Mapping[str, Any] | None = None,
     env: Mapping[str, EnvInput] | None = None,
     parent: Thread | None = None,
+    relationship: str = "",
+    arguments: Any = None,
 ) -> Thread:
-    """A new thread of ``agent_name`` (which must exist: ValidationFailed naming ``agent``).
+    """A new thread of ``agent_name`` (which must exist: ValidationFailed naming ``agent``);
+    with ``parent``, a child thread (a subagent: its ``relationship`` and initial
+    ``arguments``) in the parent's session.
     Its ``after_thread_created`` hooks are the runtime's to run
     (``threads.runtime.lifecycle.thread_open``)."""
     try:
@@ -80,6 +84,9 @@ def thread_create(
         tags=_tags(tags),
         metadata=dict(metadata or {}),
         parent=parent,
+        root_id=(parent.root_id or parent.pk) if parent is not None else None,
+        parent_relationship=relationship,
+        arguments=arguments,
     )
     for name, item in (env or {}).items():
         thread_env_set(thread=thread, name=name, value=item.value, type=item.type)

@@ -32,6 +32,7 @@ from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
 from threads.services.messages import message_json
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
+from threads.services.subagents import pending_variable_requests
 
 INCIDENTS_SHOWN = 5
 
@@ -195,8 +196,7 @@ def thread_read_model(*, thread: Thread) -> dict[str, Any]:
         "active_turn": turn_json(active) if active is not None else None,
         "queued_turns": [turn_json(turn) for turn in queued],
         "last_outcome": _outcome(last),
-        # Nothing asks a person for input yet (tool approvals and variable requests come
-        # with their own work); the list is here so clients need not change when they do.
-        "pending_requests": [],
+        # What waits for a person: variable-bootstrap requests of deferred subagents.
+        "pending_requests": pending_variable_requests(thread=thread),
         "incidents": [{"at": row.created_at, **row.data} for row in incidents[:INCIDENTS_SHOWN]],
     }

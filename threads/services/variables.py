@@ -20,12 +20,13 @@ def required_variables_check(
     """Refuse a new top-level thread of ``agent_name`` whose required variables would not
     resolve.
 
-    Every variable declared ``required`` and not ``scoped`` in the agent's graph (see
-    :mod:`agents.graph`) must be in ``env`` with a value that is not blank, or have a value at
-    a level below the thread: an ``env`` of the graph's agents, prompts or ``tools[]``
-    entries, the tenant env, or the platform env. Scoped variables are not demanded: they
-    come only from a spawn. An unknown agent has nothing to demand (thread creation reports
-    it). Child threads are not checked here: they inherit their parent's env.
+    Every variable declared ``required`` in the agent's graph (see :mod:`agents.graph`)
+    must be in ``env`` with a value that is not blank, or have a value at a level below the
+    thread: an ``env`` of the graph's agents, prompts or ``tools[]`` entries, the tenant env,
+    or the platform env. A subagent's scoped variables are not demanded: they come with its
+    spawn (for a top-level thread, its creation is the spawn). An unknown agent has nothing
+    to demand (thread creation reports it). Child threads are not checked here: they inherit
+    their parent's env.
 
     Raises ValidationFailed naming each missing variable and where it is declared, with
     ``field`` ``env.<first missing name>`` and ``details.missing``.
@@ -33,7 +34,7 @@ def required_variables_check(
     graph = agent_graph(tenant=tenant, agent_name=agent_name)
     wanted: dict[str, list[str]] = {}
     for variable in graph.variables:
-        if variable.required and not variable.scoped:
+        if variable.required and not (variable.scoped and variable.beyond):
             places = wanted.setdefault(variable.name, [])
             if variable.declared_in not in places:
                 places.append(variable.declared_in)

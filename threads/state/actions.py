@@ -1,6 +1,6 @@
 """``ThreadState``'s actions on the flow and beyond: custom events, queued and invoked
-tools, code in the sandbox, terminate and ``stop_session``; effects and subagents raise
-NotAvailable until that part of the platform exists."""
+tools, code in the sandbox, terminate and ``stop_session``; effects raise NotAvailable until
+that part of the platform exists."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from threads.runtime.invoke import tool_invoke
 from threads.services.code import code_run
 from threads.services.control import thread_terminate
 from threads.services.inbox import tool_queue
+from threads.services.subagents import StopSession
 from threads.state.base import StateBase
 
 if TYPE_CHECKING:
@@ -70,15 +71,17 @@ class ActionsMixin(StateBase):
         if self.execution is not None:
             self.execution.abort_signal.set()
 
-    def stop_session(self, *, result: str = "Session stopped.", **options: Any) -> None:
-        """End the current session after this step (``state_stop_session``). Needs an
-        active execution."""
+    def stop_session(
+        self,
+        *,
+        result: str = "Session stopped.",
+        notify_parent: bool = True,
+        status: str | None = None,
+    ) -> None:
+        """End the current session after this step (``state_stop_session``). For a subagent,
+        ``result`` is its session's outcome; ``notify_parent`` False keeps it from being
+        queued to the parent; ``status`` sets its registry status. Needs an active
+        execution."""
         if self.execution is None or self._flow is None:
             raise NotAvailable("stop_session needs an active execution (a tool or hook of a flow)")
-        self._flow.stop_session(result)
-
-    def notify_parent(self, content: str) -> None:
-        raise _engine_only("notify_parent", "subagents support")
-
-    def set_status(self, status: str) -> None:
-        raise _engine_only("set_status", "subagents support")
+        self._flow.stop_session(StopSession(str(result), bool(notify_parent), status))

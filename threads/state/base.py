@@ -24,11 +24,13 @@ class StateBase:
         execution: ExecutionState | None = None,
         tool_env: Mapping[str, str] | None = None,
         prompt_name: str | None = None,
+        tool_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._thread = thread
         self.execution = execution
         self.context: dict[str, Any] = {}
         self._tool_env = dict(tool_env or {})
+        self._tool_options = dict(tool_options or {})
         self._prompt_name = prompt_name
         self._not_packable_runtime_context: dict[str, Any] | None = None
         self._flow: Flow | None = None  # set by the engine for tools and hooks of a flow
@@ -41,6 +43,12 @@ class StateBase:
     def outbox(self) -> Outbox | None:
         """The running turn's outbox (None at rest): what this state writes is its turn's."""
         return self._flow.outbox if self._flow is not None else None
+
+    @property
+    def tool_options(self) -> dict[str, Any]:
+        """The static ``options`` of the prompt's ``tools[]`` entry for the running tool
+        (``{}`` when it sets none, and outside a tool call)."""
+        return dict(self._tool_options)
 
     @property
     def prompt_name(self) -> str | None:

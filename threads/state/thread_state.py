@@ -4,10 +4,11 @@ of its parts by concern."""
 from __future__ import annotations
 
 from threads.state.actions import ActionsMixin
+from threads.state.family import FamilyMixin
 from threads.state.messages import MessagesMixin
 from threads.state.resources import ResourcesMixin
 from threads.state.storage import StorageMixin
 
 
-class ThreadState(MessagesMixin, ResourcesMixin, StorageMixin, ActionsMixin):
+class ThreadState(MessagesMixin, ResourcesMixin, StorageMixin, ActionsMixin, FamilyMixin):
     """A thread, as seen by code the operator or tenant wrote."""

@@ -7,12 +7,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from agents.documents import AgentDoc, PromptDoc, SessionBinding, SideConfig
+from agents.documents import AgentDoc, PromptDoc, SessionBinding, SideConfig, binding_name
 from agents.providers.base import ProviderError
 from threads.models import Message
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.base import Side, StepFailed
 from threads.runtime.hooks import Hooks
+from threads.runtime.subagent_tools import lifecycle_tools
 from threads.runtime.tools import ToolRunner
 from threads.services.env import EnvResolver
 from threads.state import ThreadState
@@ -77,14 +78,19 @@ def _resolver(flow: Flow, prompt_name: str | None = None) -> EnvResolver:
 
 
 def prompt_tools(flow: Flow, prompt: PromptDoc) -> dict[str, ResolvedTool]:
-    return flow.defs.tools_for(prompt, env_flag=partial(env_value, flow))
+    """The tools ``prompt`` offers, resumable subagents replaced by the lifecycle tools."""
+    return lifecycle_tools(
+        flow.thread, flow.defs.tools_for(prompt, env_flag=partial(env_value, flow))
+    )
 
 
 def tool_state(flow: Flow, config: Any, prompt_name: str) -> ThreadState:
     env = dict(config.env or {}) if config is not None and config.env else {}
+    options = dict(config.options or {}) if config is not None and config.options else {}
     state = ThreadState(
-        flow.thread, execution=flow.execution, tool_env=env, prompt_name=prompt_name
-    )
+        flow.thread, execution=flow.execution, tool_env=env, prompt_name=prompt_name,
+        tool_options=options,
+    )  # fmt: skip
     state._flow = flow
     return state
 
@@ -125,4 +131,5 @@ def tool_runner(
         hooks=hooks,
         parent=parent,
         session_bindings=bindings,
+        status_tool=binding_name(side.session_status) if side is not None else None,
     )

@@ -10,6 +10,7 @@ from agents.providers.base import ToolCall
 from threads.models import Turn, TurnKind
 from threads.runtime.engine.agent import prompt_hooks, side_prompt, tool_runner
 from threads.runtime.engine.base import Side
+from threads.runtime.engine.subagents import immediate_run
 from threads.runtime.engine.writes import message_create
 from threads.runtime.tools import stored_calls
 from threads.services.status import turn_inputs_take
@@ -49,6 +50,8 @@ def inputs_drain(flow: Flow) -> Side | None:
     ]
     if tools:
         _queued_tools_run(flow, tools)
+    if any(work.kind == TurnKind.SPAWN for work in works):
+        immediate_run(flow)
     return first_side(works)
 
 

@@ -20,7 +20,14 @@ from common.time import now_us
 from threads.events import Outbox
 from threads.models import Message, Thread, Turn
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
-from threads.runtime.engine.agent import agent_load, env_value, side_config, side_is_human
+from threads.runtime.engine.agent import (
+    agent_load,
+    env_value,
+    prompt_hooks,
+    side_config,
+    side_is_human,
+    side_prompt,
+)
 from threads.runtime.engine.agent import tool_state as agent_tool_state
 from threads.runtime.engine.base import Runtime, Side, StepFailed, StepOutcome
 from threads.runtime.engine.delegation import (
@@ -32,6 +39,7 @@ from threads.runtime.engine.delegation import (
 from threads.runtime.engine.drain import inputs_drain
 from threads.runtime.engine.model_call import error_code
 from threads.runtime.engine.step import step_run
+from threads.runtime.engine.subagents import DriveChild, immediate_run, subagent_call
 from threads.runtime.engine.writes import event_publish, message_create, tool_log
 from threads.runtime.hooks import HookBlocked, Hooks
 from threads.runtime.records import TurnUsage
@@ -43,10 +51,12 @@ from threads.runtime.stops import (
     turn_end,
     turn_outcome,
 )
+from threads.runtime.subagent_tools import direct_call_guidance
 from threads.runtime.tools import FlowAborted
 from threads.services import logs
-from threads.services.control import interruption_close
+from threads.services.control import child_close, interruption_close
 from threads.services.status import turn_finish
+from threads.services.subagents import StopSession, link_status_set, session_end
 from threads.state import ExecutionState, ThreadState
 
 logger = logging.getLogger(__name__)
@@ -64,6 +74,7 @@ class Flow:
         abort: AbortSignal,
         turn: Turn,
         resume_side: Side | None = None,
+        drive: DriveChild | None = None,
     ) -> None:
         self.thread = thread
         self.turn = turn
@@ -85,7 +96,10 @@ class Flow:
         self.flow_start_seq: int | None = None
         self.handoff: Handoff | None = None
         self.repeated_errors = RepeatedErrors()
-        self.stop_session_result: str | None = None
+        self.stop_session_result: StopSession | None = None
+        # Runs a child thread's turns in this worker (the driver's thread_drive); None: a
+        # blocking subagent call waits for whichever worker runs the child.
+        self.drive = drive
         # Whether the inbox had work when the flow ended (set by run()).
         self.pending_after: bool | None = None
 
@@ -121,7 +135,9 @@ class Flow:
             reason, error = StopReason.STEP_ERROR, failed.error.message
             code = error_code(failed.error)
         status, rest = turn_outcome(reason, human_side=side_is_human(self, "b"), error_code=code)
-        # The turn's end commits as one: its status, the thread's, the flow's log, the events.
+        # The turn's end commits as one: its status, the thread's, the flow's log, the events,
+        # and for a child thread its session's outcome (recorded for its parent).
+        close_child = False
         with self.outbox.batch():
             self.pending_after = turn_finish(
                 thread=self.thread, fence=self.fence, turn=self.turn, status=status, rest=rest,
@@ -133,6 +149,13 @@ class Flow:
                       "reason": str(reason), "started_at": started, "ended_at": now_us(),
                       "steps": self.execution.step_count, "agent": self.agent.name},
             )  # fmt: skip
+            if self.thread.parent_id is not None:
+                close_child = session_end(
+                    child=self.thread, turn=self.turn, reason=str(reason),
+                    stop=self.stop_session_result,
+                )  # fmt: skip
+        if close_child:
+            child_close(child=self.thread)
         return reason
 
     # What tools, hooks and ThreadState call ----------------------------------------------------
@@ -158,8 +181,25 @@ class Flow:
     def tool_state(self, config: Any, prompt_name: str) -> ThreadState:
         return agent_tool_state(self, config, prompt_name)
 
-    def stop_session(self, result: str) -> None:
-        self.stop_session_result = result
+    def stop_session(self, stop: StopSession) -> None:
+        self.stop_session_result = stop
+
+    def status_report(self, status: str) -> None:
+        """The side's ``session_status`` binding succeeded: a child's parent sees ``status``."""
+        if self.thread.parent_id is not None and status.strip():
+            link_status_set(child=self.thread, status=status.strip())
+
+    def owner_hooks(self, owner: str) -> Hooks:
+        """The hooks of the side ``owner``'s prompt (``after_subagent_created`` runs there)."""
+        return prompt_hooks(self, side_prompt(self, "b" if owner == "b" else "a"))
+
+    def run_subagent(
+        self, resolved: ResolvedTool, arguments: dict[str, Any], *, side: str
+    ) -> ToolResult:
+        return subagent_call(self, resolved, arguments, side=side)
+
+    def direct_call_guidance(self, name: str, tools: Mapping[str, ResolvedTool]) -> str | None:
+        return direct_call_guidance(name, tools)
 
     def run_subprompt(
         self, resolved: ResolvedTool, arguments: dict[str, Any], *, issuer: Message, side: str
@@ -201,6 +241,7 @@ def _loop(flow: Flow) -> StopReason:
             return reason
         if flow.handoff is not None:
             handoff_apply(flow)
+            immediate_run(flow)  # the new agent's immediate relationships (DIGEST §5.4)
             acting = "a"
             continue
         ended = turn_end(side, step.content, step.calls)
