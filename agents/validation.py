@@ -205,9 +205,7 @@ class _Context:
                     yield from self._subagent_entry(doc, index, ref, agent, side_a)
             else:
                 what, allowed = "an ai_human agent (handoff)", INIT_KEYS
-        elif target in self.defs.code_tools:
-            what, allowed = "a code tool", frozenset({"env"})
-        elif self.registry.has_tool(target):
+        elif target in self.defs.code_tools or self.registry.has_tool(target):
             what, allowed = "a tool", TOOL_CONFIG_KEYS
         else:
             yield Problem(

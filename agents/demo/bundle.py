@@ -1,5 +1,6 @@
-"""The demo bundle: an ai_human assistant with two function tools and a subprompt, and a
-dual_ai writer/reviewer pair.
+"""The demo bundle: an ai_human assistant with two function tools and a subprompt, a
+dual_ai writer/reviewer pair, and a coordinator that delegates drafts to that pair as a
+subagent on a child thread.
 
 With ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY`` in the platform
 env the agents use a real model; otherwise the scripted model, which answers by fixed
@@ -19,6 +20,11 @@ SCRIPTED_NOTE = (
 )
 
 SCRIPTED_RULES: list[dict[str, Any]] = [
+    {"when": {"last_tool": "writing_pair"},
+     "respond": {"text": "The writing pair finished (scripted coordinator): {last_tool_result}"}},
+    {"when": {"system_contains": "You coordinate", "last_role": "user"},
+     "respond": {"tool_calls": [{"name": "writing_pair",
+                                 "arguments": {"message": "{last_user_message}"}}]}},
     {"when": {"last_tool": "current_time"},
      "respond": {"text": "It is {last_tool_result}. (scripted demo model)"}},
     {"when": {"last_tool": "count_words"},
@@ -97,6 +103,16 @@ def demo_bundle(platform_env: Mapping[str, str]) -> dict[str, Any]:
                 },
             },
             {
+                "name": "coordinator",
+                "tool_description": "Delegates writing to a writer and reviewer pair",
+                "prompt": "You coordinate writing work. For any writing request, call the "
+                "writing_pair tool with a clear instruction, then report its result briefly.",
+                "model": "demo_model",
+                "include_chat": True,
+                "include_past_tools": True,
+                "tools": ["writing_pair"],
+            },
+            {
                 "name": "writer",
                 "tool_description": "Writes short drafts",
                 "prompt": "You write short drafts and improve them after each review.",
@@ -117,6 +133,13 @@ def demo_bundle(platform_env: Mapping[str, str]) -> dict[str, Any]:
                 "type": "ai_human",
                 "side_a": {"prompt": "assistant", "label": "Assistant"},
                 "description": "Chat with an assistant that has two tools and a subprompt.",
+            },
+            {
+                "name": "coordinator",
+                "type": "ai_human",
+                "side_a": {"prompt": "coordinator", "label": "Coordinator"},
+                "description": "Delegates each writing request to the writing pair, which "
+                "works on a child thread (a subagent), and reports the result.",
             },
             {
                 "name": "writing_pair",

@@ -16,6 +16,11 @@ from agents.providers.registry import provider_for
 from agents.selectors import agent_names, model_load, prompt_load, prompt_names
 from tenancy.models import Tenant
 from tests.factories import make_tenant
+from threads.models import Message, Thread
+from threads.runtime.driver import thread_drive
+from threads.runtime.engine import Runtime
+from threads.runtime.lifecycle import thread_open
+from threads.services.inbox import message_queue
 
 pytestmark = pytest.mark.django_db
 
@@ -38,8 +43,10 @@ def test_without_provider_keys_the_demo_uses_the_labelled_scripted_model(
     output = _seed(settings, {})
 
     assert "model: scripted (no provider key configured)" in output
-    assert agent_names(tenant=demo) == ["assistant", "writing_pair"]
-    assert prompt_names(tenant=demo) == ["assistant", "reviewer", "summarize", "writer"]
+    assert agent_names(tenant=demo) == ["assistant", "coordinator", "writing_pair"]
+    assert prompt_names(tenant=demo) == [
+        "assistant", "coordinator", "reviewer", "summarize", "writer",
+    ]  # fmt: skip
     assert model_load(tenant=demo, name="demo_model").kind == "scripted"
 
 
@@ -124,3 +131,23 @@ def test_the_scripted_assistant_says_it_is_scripted(demo: Tenant, settings: Sett
     response = _ask(demo, LLMMessage.user("hello there"))
 
     assert response.content.startswith("This is the scripted demo model")
+
+
+def test_the_demo_coordinator_delegates_to_the_writing_pair_on_a_child_thread(
+    demo: Tenant, settings: Settings
+) -> None:
+    """The scripted demo runs end to end in process: the coordinator calls the writing pair
+    (blocking), which runs its session on a child thread, and reports the outcome."""
+    _seed(settings, {})
+    parent = thread_open(tenant=demo, agent_name="coordinator")
+    message_queue(thread=parent, role="user", content="Write a line about the sea")
+
+    thread_drive(thread_id=parent.pk, runtime=Runtime(retry_base_delay_s=0))
+
+    child = Thread.objects.get(parent=parent)
+    assert child.agent_name == "writing_pair"
+    assert child.terminated_at is not None  # non-resumable: closed after delivering
+    answer = Message.objects.filter(thread=parent, role="assistant").order_by("-seq").first()
+    assert answer is not None
+    assert (answer.content or "").startswith("The writing pair finished (scripted coordinator):")
+    assert "Review: vivid" in (answer.content or "")

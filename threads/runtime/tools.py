@@ -211,11 +211,13 @@ class ToolRunner:
             return self.flow.request_handoff(resolved, arguments)
         if resolved.kind in ("subagent", "lifecycle"):
             return self.flow.run_subagent(resolved, arguments, side=self.side)
+        config = resolved.config
         return code_tool_run(
-            self.flow.defs.code_tool(resolved.name),
-            arguments,
+            self.flow.defs.code_tool(resolved.name), arguments,
             abort=self.flow.execution.abort_signal,
-        )
+            entry_env=config.env if config is not None else None,
+            entry_options=config.options if config is not None else None,
+        )  # fmt: skip
 
     # Storing ---------------------------------------------------------------------------------
 

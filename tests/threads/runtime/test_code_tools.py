@@ -3,9 +3,12 @@ the sandbox with the call's arguments; every outcome is a persisted tool result.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pytest_django.fixtures import Settings
 
 from agents.bundles import bundle_import
+from agents.registry import tool
 from tenancy.models import Tenant
 from tests.threads.runtime.conftest import Engine, prompt, rows
 from threads.models import Log, Thread
@@ -81,3 +84,39 @@ def test_code_tool_past_its_budget_is_terminated_and_fails_naming_the_budget(
         "of 1 s",
         "error",
     )  # fmt: skip
+
+
+def test_the_entrys_env_and_options_reach_a_code_tool_and_a_function_tool(
+    engine: Engine,
+) -> None:
+    """A ``tools[]`` entry's ``env`` and ``options`` drive the tool (DIGEST §4.2): a code
+    tool's default export gets them as its second argument, a function tool reads
+    ``state.tool_options`` and ``state.env``."""
+    source = "export default (_args: object, ctx: any) => `${ctx.env.MODE}/${ctx.options.size}`"
+    _code_tool(engine.tenant, "configured", source)
+    seen: list[object] = []
+
+    @tool(description="Reports its options.")
+    def reporter(state: Any) -> str:
+        seen.append((state.tool_options, state.env("MODE")))
+        return "reported"
+
+    thread = _helper_with(engine, [
+        {"name": "configured", "env": {"MODE": "strict"}, "options": {"size": 3}},
+        {"name": "reporter", "env": {"MODE": "loose"}, "options": {"depth": 2}},
+    ])  # fmt: skip
+    engine.script.tool_calls([{"name": "configured", "arguments": {"text": "x"}},
+                              {"name": "reporter", "arguments": {}}]).text("ok")  # fmt: skip
+    engine.send(thread, "go")
+    engine.drive(thread)
+
+    assert rows(thread)[2] == ("tool", "a", "strict/3", "success")
+    assert seen == [({"depth": 2}, "loose")]
+
+
+def _helper_with(engine: Engine, tools: list[Any]) -> Thread:
+    engine.define(
+        prompts=[prompt("helper", tools=tools)],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    return engine.thread("helper")
