@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from tenancy.viewsets import TenantScopedViewSet
+from threads.events import session_id_of
 from threads.models import EnvType, RunStatus, Thread
 from threads.runtime.lifecycle import thread_open
 from threads.services.threads import (
@@ -31,6 +32,9 @@ def thread_json(thread: Thread, *, counts: dict[str, int] | None = None) -> dict
         "origin_agent": thread.origin_agent_name,
         "user_id": thread.user_id or None,
         "parent_id": str(thread.parent_id) if thread.parent_id else None,
+        "session_id": session_id_of(thread),
+        "relationship": thread.parent_relationship or None,
+        "arguments": thread.arguments,
         "tags": thread.tags,
         "metadata": thread.metadata,
         "status": read_status(thread),

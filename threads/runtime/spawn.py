@@ -203,7 +203,7 @@ def spawn_child(
         missing = [name for name in required if name not in request.scoped_env]
         if missing:
             return _variables_request(parent, relationship, request, required, missing)
-        spawned = _create(parent, relationship, request, arguments, scoped, hooks)
+        spawned = _create(parent, relationship, request, arguments, scoped, hooks, outbox)
         logs.log_create(
             thread=parent, kind="subagent", fence=fence, outbox=outbox,
             data={"event": "create", "reference": str(spawned.child.pk),
@@ -285,6 +285,7 @@ def _create(
     arguments: dict[str, Any] | None,
     scoped: set[str],
     hooks: Hooks | None,
+    outbox: Outbox | None,
 ) -> Spawned:
     label = request.label.strip()[:MAX_LABEL]
     child = thread_create(
@@ -333,6 +334,7 @@ def _create(
         parent, "subagent.spawned",
         {"subagent_id": str(child.pk), "relationship": relationship.name, "name": label,
          "status": link.status},
+        outbox=outbox,
     )  # fmt: skip
     return Spawned(child, link, turn)
 

@@ -80,17 +80,17 @@ def code_tool_run(
     entry_options: Mapping[str, Any] | None = None,
 ) -> ToolResult:
     """Run a tenant's code tool: its module's default export is called with the validated
-    arguments and ``{env, options}``, the ``env`` and ``options`` of the prompt's
-    ``tools[]`` entry (``{}`` when it sets none), and what it returns (or resolves to) is the tool's result: a string as it is,
-    anything else as JSON. An error, a failed link, an overrun of memory or of the budget
-    (``CODE_TOOL_TIMEOUT_S``) is a failed call whose message says which."""
+    arguments and ``{env, options}`` (the ``env`` and ``options`` of the prompt's ``tools[]``
+    entry, ``{}`` when it sets none), and what it returns (or resolves to) is the tool's
+    result: a string as it is, anything else as JSON. An error, a failed link, an overrun of
+    memory or of the budget (``CODE_TOOL_TIMEOUT_S``) is a failed call whose message says
+    which."""
     extension = "ts" if tool.language == "typescript" else "js"
+    context = {"env": dict(entry_env or {}), "options": dict(entry_options or {})}
     options = {
         "language": tool.language,
         "filename": f"{tool.name}.{extension}",
-        "execute": {"fn": "default", "args": [
-            dict(arguments), {"env": dict(entry_env or {}), "options": dict(entry_options or {})},
-        ]},  # fmt: skip
+        "execute": {"fn": "default", "args": [dict(arguments), context]},
     }
     budget = settings.CODE_TOOL_TIMEOUT_S if budget_s is None else budget_s
     result = code_settle(code_run(tool.source, options, abort=abort), budget_s=budget)
