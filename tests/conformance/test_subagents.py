@@ -14,9 +14,9 @@ from common.time import now_us
 from tests.threads.runtime.conftest import Engine, engine, prompt
 from threads.models import Message, SubagentLink, Thread, Turn
 from threads.runtime.lifecycle import thread_open
+from threads.services.env import EnvInput
 from threads.services.lock import lock_acquire
 from threads.services.subagents import awaits_release
-from threads.services.threads import EnvInput
 from threads.state import ThreadState
 
 __all__ = ["engine"]

@@ -15,8 +15,8 @@ from agents.registry import Registry, VariableDefinition, tool, use_registry
 from common.errors import ValidationFailed
 from tenancy.models import Tenant
 from threads.models import Thread
-from threads.services.env import tenant_env_set, thread_env_get
-from threads.services.threads import EnvInput, thread_create
+from threads.services.env import EnvInput, tenant_env_set, thread_env_get
+from threads.services.threads import thread_create
 from threads.services.variables import required_variables_check
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,8 @@ from rest_framework.response import Response
 from threads.api.base import ThreadScopedView
 from threads.models import Thread
 from threads.runtime.bootstrap import variable_request_complete, variable_request_get
-from threads.services.subagents import children_of, link_json, variable_request_json
+from threads.services.subagents import children_of, link_json
+from threads.services.variable_requests import variable_request_json
 
 
 class ChildrenView(ThreadScopedView):
@@ -37,9 +38,19 @@ class ChildrenView(ThreadScopedView):
         return Response({"children": children, "total": len(children)})
 
 
+class StringValue(serializers.CharField):
+    """A JSON string as it is: a number is refused, not turned into text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
+
+
 class VariableRequestInput(serializers.Serializer[Any]):
     env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=StringValue(allow_blank=True, trim_whitespace=False),
         help_text="the missing variables, by name",
     )
 

@@ -14,8 +14,8 @@ from tenancy.viewsets import TenantScopedViewSet
 from threads.events import session_id_of
 from threads.models import EnvType, RunStatus, Thread
 from threads.runtime.lifecycle import thread_open
+from threads.services.env import EnvInput
 from threads.services.threads import (
-    EnvInput,
     thread_counts,
     thread_delete,
     thread_list,

@@ -16,12 +16,10 @@ from threads.models import Thread, VariableRequest
 from threads.runtime.spawn import (
     SpawnRequest,
     relationship_load,
-    request_values_open,
     spawn_child,
 )
-from threads.services.env import env_name_check
-from threads.services.subagents import request_expired
-from threads.services.threads import EnvInput
+from threads.services.env import EnvInput, env_name_check
+from threads.services.variable_requests import request_expired, request_values_open
 
 
 class RequestExpired(DomainError):

@@ -15,7 +15,8 @@ from tenancy.models import Tenant
 from threads.models import Thread
 from threads.runtime.hooks import thread_hooks
 from threads.runtime.spawn import immediate_entries, immediate_submit
-from threads.services.threads import EnvInput, thread_create
+from threads.services.env import EnvInput
+from threads.services.threads import thread_create
 from threads.services.variables import required_variables_check
 from threads.state import ThreadState
 

@@ -13,7 +13,7 @@ first turn. Everything commits together, so a refusal leaves nothing behind.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,18 +26,17 @@ from agents.registry import HookName, ToolResult
 from agents.schemas import ArgumentsInvalid, SchemaProblem, validate_args
 from agents.selectors import agent_load, prompt_load
 from common.errors import NotFound
-from common.time import now_us
-from tenancy.encryption import secret_decrypt, secret_encrypt
 from threads.events import Outbox, publish
-from threads.models import SubagentLink, Thread, Turn, TurnKind, TurnSource, VariableRequest
+from threads.models import SubagentLink, Thread, Turn, TurnKind, TurnSource
 from threads.runtime.hooks import Hooks, thread_hooks
 from threads.runtime.subagent_tools import MAX_LABEL
 from threads.services import logs
 from threads.services.attachments import attachment_at, attachments_copy
-from threads.services.env import thread_env_copy, thread_env_set
+from threads.services.env import EnvInput, thread_env_copy, thread_env_set
 from threads.services.inbox import message_queue, turn_submit
 from threads.services.messages import message_inject
-from threads.services.threads import EnvInput, thread_create
+from threads.services.threads import thread_create
+from threads.services.variable_requests import variable_request_create
 from threads.state import ThreadState
 
 IMMEDIATE_MESSAGE = "You were started automatically when this thread was created. Begin your task."
@@ -256,17 +255,13 @@ def _variables_request(
     missing: list[str],
 ) -> ToolResult:
     """Defer the spawn until someone provides the missing scoped values (runtime §7.5)."""
-    pending = VariableRequest.objects.create(
-        tenant_id=parent.tenant_id, thread=parent, relationship=relationship.name,
-        agent_name=relationship.agent.name, required=required, missing=missing,
+    config = relationship.config
+    pending = variable_request_create(
+        parent=parent, relationship=relationship.name, agent_name=relationship.agent.name,
+        required=required, missing=missing, values=request.scoped_env,
         spawn={**request.as_json(), "owner": relationship.owner,
-               "config": relationship.config.model_dump(mode="json")
-               if relationship.config is not None else None},
-        expires_at=now_us() + settings.VARIABLE_REQUEST_TTL_S * 1_000_000,
+               "config": config.model_dump(mode="json") if config is not None else None},
     )  # fmt: skip
-    if request.scoped_env:
-        pending.values_encrypted = request_values_seal(pending, request.scoped_env)
-        pending.save(update_fields=["values_encrypted"])
     endpoint = f"/api/v1/threads/{parent.pk}/variables/{pending.pk}"
     return ToolResult.failure(
         f"subagent {relationship.name!r} needs scoped variables that were not provided: "
@@ -337,28 +332,6 @@ def _create(
         outbox=outbox,
     )  # fmt: skip
     return Spawned(child, link, turn)
-
-
-def _values_context(pending: VariableRequest) -> str:
-    return f"threads.VariableRequest:{pending.pk}"
-
-
-def request_values_seal(pending: VariableRequest, values: Mapping[str, EnvInput]) -> bytes:
-    plain = json.dumps({name: [item.value, item.type] for name, item in values.items()})
-    return secret_encrypt(
-        tenant=pending.thread.tenant, plaintext=plain.encode(), context=_values_context(pending)
-    )
-
-
-def request_values_open(pending: VariableRequest) -> dict[str, EnvInput]:
-    """The scoped values a deferred spawn brought (decrypted), by name."""
-    if not pending.values_encrypted:
-        return {}
-    plain = secret_decrypt(
-        tenant=pending.thread.tenant, ciphertext=bytes(pending.values_encrypted),
-        context=_values_context(pending),
-    )  # fmt: skip
-    return {name: EnvInput(value, kind) for name, (value, kind) in json.loads(plain).items()}
 
 
 # Immediate relationships ---------------------------------------------------------------------

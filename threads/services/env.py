@@ -54,6 +54,14 @@ class EnvEntry:
 
 
 @dataclass(frozen=True)
+class EnvInput:
+    """A value to store, with its type (None: keep an existing name's, secret for a new one)."""
+
+    value: str
+    type: str | None = None
+
+
+@dataclass(frozen=True)
 class EnvValue:
     value: str
     type: EnvTypeName

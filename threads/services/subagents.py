@@ -31,7 +31,6 @@ from threads.models import (
     Thread,
     Turn,
     TurnSource,
-    VariableRequest,
 )
 from threads.services.attachments import attachments_copy
 from threads.services.inbox import message_queue
@@ -156,37 +155,6 @@ def link_close(*, child: Thread, at: int) -> None:
         "subagent.closed",
         {"subagent_id": str(child.pk), "status": "terminated"},
     )
-
-
-def variable_request_json(request: VariableRequest) -> dict[str, Any]:
-    """A variable-bootstrap request as ``GET .../variables/{id}`` and the read model show it:
-    what the deferred subagent requires and what is missing (names only, never values)."""
-    return {
-        "request_id": str(request.pk),
-        "kind": "variables",
-        "parent_thread_id": str(request.thread_id),
-        "agent_name": request.agent_name,
-        "registry_agent_name": request.relationship,
-        "required": list(request.required),
-        "missing": list(request.missing),
-        "status": "expired" if request_expired(request) else request.status,
-        "child_thread_id": str(request.child_id) if request.child_id else None,
-        "endpoint": f"/api/v1/threads/{request.thread_id}/variables/{request.pk}",
-        "created_at": request.created_at,
-        "expires_at": request.expires_at,
-    }
-
-
-def request_expired(request: VariableRequest) -> bool:
-    return request.status == VariableRequest.Status.PENDING and request.expires_at <= now_us()
-
-
-def pending_variable_requests(*, thread: Thread) -> list[dict[str, Any]]:
-    """The thread's open variable-bootstrap requests (for its read model)."""
-    rows = VariableRequest.objects.filter(
-        thread_id=thread.pk, status=VariableRequest.Status.PENDING, expires_at__gt=now_us()
-    ).order_by("created_at")
-    return [variable_request_json(row) for row in rows]
 
 
 # Outcomes --------------------------------------------------------------------------------

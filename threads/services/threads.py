@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -17,7 +16,7 @@ from common.time import now_us, to_us
 from tenancy.models import Tenant
 from threads.events import publish
 from threads.models import RunStatus, Thread
-from threads.services.env import thread_env_set
+from threads.services.env import EnvInput, thread_env_set
 from threads.services.files import file_delete_all
 from threads.services.turns import threads_in_status
 
@@ -44,12 +43,6 @@ def _tags(tags: Sequence[str]) -> list[str]:
                 f"tags must be 1-{MAX_TAG_CHARS} characters", field=f"tags[{index}]"
             )
     return list(dict.fromkeys(tags))
-
-
-@dataclass(frozen=True)
-class EnvInput:
-    value: str
-    type: str | None = None  # text | secret; None: secret for a new name
 
 
 @transaction.atomic

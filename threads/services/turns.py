@@ -32,7 +32,7 @@ from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
 from threads.services.messages import message_json
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
-from threads.services.subagents import pending_variable_requests
+from threads.services.variable_requests import pending_variable_requests
 
 INCIDENTS_SHOWN = 5
 

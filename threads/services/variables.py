@@ -10,8 +10,7 @@ from agents.graph import agent_graph
 from agents.selectors import platform_env
 from common.errors import ValidationFailed
 from tenancy.models import Tenant
-from threads.services.env import tenant_env_names
-from threads.services.threads import EnvInput
+from threads.services.env import EnvInput, tenant_env_names
 
 
 def required_variables_check(

@@ -11,8 +11,7 @@ from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Message, SubagentLink, Thread, Turn, VariableRequest
 from threads.runtime.bootstrap import variable_request_complete
 from threads.runtime.lifecycle import thread_open
-from threads.services.env import thread_env_names
-from threads.services.threads import EnvInput
+from threads.services.env import EnvInput, thread_env_names
 from threads.state import ThreadState
 
 TOKEN = {"name": "REPO_TOKEN", "type": "secret", "required": True, "scoped": True}

@@ -54,11 +54,16 @@ from threads.runtime.tools import FlowAborted, as_text, stored_calls
 from threads.services import logs
 from threads.services.attachments import attachments_copy
 from threads.services.control import child_close, turn_cancel
-from threads.services.env import EnvValue, thread_env_delete, thread_env_get, thread_env_names
+from threads.services.env import (
+    EnvInput,
+    EnvValue,
+    thread_env_delete,
+    thread_env_get,
+    thread_env_names,
+)
 from threads.services.inbox import message_queue
 from threads.services.lock import lock_is_held
 from threads.services.subagents import SessionOutcome, children_of, outcome_take
-from threads.services.threads import EnvInput
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow
