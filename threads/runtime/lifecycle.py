@@ -10,9 +10,9 @@ from typing import Any
 from django.db import transaction
 
 from agents.registry import HookName
-from agents.selectors import agent_load
 from tenancy.models import Tenant
 from threads.models import Thread
+from threads.runtime.definitions import FlowDefinitions
 from threads.runtime.hooks import thread_hooks
 from threads.runtime.spawn import immediate_entries, immediate_submit
 from threads.services.env import EnvInput
@@ -40,6 +40,7 @@ def thread_open(
             metadata=metadata, env=env,
         )  # fmt: skip
         thread_hooks(ThreadState(thread)).notify(HookName.AFTER_THREAD_CREATED)
-        if immediate_entries(agent_load(tenant=tenant, name=agent_name), tenant):
+        agent = FlowDefinitions(tenant=tenant, model_env=lambda _name: None).agent(agent_name)
+        if agent is not None and immediate_entries(agent, tenant):
             immediate_submit(thread)  # its immediate subagents start now (DIGEST §6.5)
     return thread

@@ -28,6 +28,7 @@ from agents.selectors import agent_load, prompt_load
 from common.errors import NotFound
 from threads.events import Outbox, publish
 from threads.models import SubagentLink, Thread, Turn, TurnKind, TurnSource
+from threads.runtime.definitions import FlowDefinitions
 from threads.runtime.hooks import Hooks, thread_hooks
 from threads.runtime.subagent_tools import MAX_LABEL
 from threads.services import logs
@@ -338,15 +339,16 @@ def _create(
 
 
 def immediate_entries(agent: AgentDoc, tenant: Any) -> list[tuple[str, ToolConfig]]:
-    """``(owner side, entry)`` of every ``immediate`` entry of the agent's AI side prompts."""
+    """``(owner side, entry)`` of every ``immediate`` entry of the agent's AI side prompts
+    (read through the definitions cache: this runs for every new thread)."""
     sides = [("a", agent.side_a)]
     if agent.type == "dual_ai" and agent.side_b is not None:
         sides.append(("b", agent.side_b))
+    defs = FlowDefinitions(tenant=tenant, model_env=lambda _name: None)
     found: list[tuple[str, ToolConfig]] = []
     for owner, side in sides:
-        try:
-            prompt = prompt_load(tenant=tenant, name=side.prompt)
-        except NotFound:
+        prompt = defs.prompt(side.prompt)
+        if prompt is None:
             continue
         found.extend(
             (owner, ref) for ref in prompt.tools
