@@ -11,6 +11,7 @@ from agents.registry import tool
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.events import session_id_of
 from threads.models import Event, Message, SubagentLink, Thread, Turn
+from threads.services.control import thread_stop
 from threads.state import ThreadState
 
 
@@ -424,3 +425,39 @@ def test_terminating_a_child_updates_the_parent_and_terminating_a_parent_cascade
     second.refresh_from_db()
     assert second.terminated_at is not None
     assert ThreadState(parent).children[1]["status"] == "terminated"
+
+
+def test_stopping_the_parent_stops_the_blocking_child_it_waits_for(
+    engine: Engine, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A stop of the parent's turn reaches the child session it runs inline: the child's
+    turn ends cancelled, the call gets that failure, the parent's turn ends cancelled."""
+    stopped: list[bool] = []
+
+    @tool(description="Stops the parent thread, then waits for this flow's abort.")
+    def stop_parent(state: Any) -> str:
+        parent = state.get_parent_thread()
+        with django_capture_on_commit_callbacks(execute=True):  # the stop's signal is sent
+            thread_stop(thread=parent.thread)
+        stopped.append(state.execution.abort_signal.wait(10))
+        return "stopped"
+
+    engine.define(
+        prompts=[prompt("boss", tools=["pair"]), prompt("worker", tools=["stop_parent"]),
+                 prompt("checker")],
+        agents=[{"name": "boss", "side_a": {"prompt": "boss"}}, pair()],
+    )  # fmt: skip
+    parent = engine.thread("boss")
+    engine.script.tool_calls([{"name": "pair", "arguments": {"message": "work"}}])
+    engine.script.tool_calls([{"name": "stop_parent", "arguments": {}}])
+    engine.send(parent, "go")
+
+    engine.drive(parent)
+
+    assert stopped == [True]
+    child = child_of(parent)
+    assert Turn.objects.get(thread=child).outcome == "aborted_by_user"
+    result = tool_rows(parent)[0]
+    assert result.tool_status == "error"
+    assert "The subagent's session was stopped (aborted_by_user)" in (result.content or "")
+    assert Turn.objects.get(thread=parent).status == "cancelled"
