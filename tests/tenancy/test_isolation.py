@@ -29,6 +29,7 @@ from threads.models import (
     IdempotencyKey,
     Log,
     Message,
+    SubagentLink,
     Thread,
     ThreadEnv,
     ThreadFile,
@@ -121,6 +122,17 @@ def _owned_variable_request(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(thread.id), "request_id": str(request.pk)}
 
 
+def _owned_children(tenant: Tenant) -> dict[str, str]:
+    """A parent thread with one registry entry (its child's id must not leak)."""
+    parent = make_thread(tenant)
+    child = make_thread(tenant, parent=parent, root_id=parent.pk, parent_relationship="pair")
+    SubagentLink.objects.create(
+        tenant=tenant, thread=parent, child=child, relationship="pair", owner="a",
+        agent_name="pair", title="private",
+    )  # fmt: skip
+    return {"thread_id": str(parent.id)}
+
+
 # Route name -> builds an object of the given tenant and returns the URL kwargs.
 OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-detail": lambda tenant: {"pk": str(make_thread(tenant).id)},
@@ -145,7 +157,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-fs-search": _owned_thread,
     "thread-fs-stats": _owned_thread,
     "thread-turns": _owned_thread,
-    "thread-children": _owned_thread,
+    "thread-children": _owned_children,
     "thread-variables": _owned_variable_request,
     "turn-detail": _owned_turn,
     "turn-cancel": _owned_turn,
@@ -185,6 +197,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(Turn.objects.for_tenant(tenant).values()),
         list(IdempotencyKey.objects.for_tenant(tenant).values()),
         list(VariableRequest.objects.for_tenant(tenant).values()),
+        list(SubagentLink.objects.for_tenant(tenant).values()),
     )
 
 

@@ -18,7 +18,7 @@ from threads.runtime.spawn import (
     relationship_load,
     spawn_child,
 )
-from threads.services.env import EnvInput, env_name_check
+from threads.services.env import EnvInput
 from threads.services.variable_requests import request_expired, request_values_open
 
 
@@ -71,11 +71,11 @@ def _values(request: VariableRequest, env: Mapping[object, object]) -> dict[str,
     allowed = set(request.required)
     values: dict[str, EnvInput] = {}
     for name, value in env.items():
-        env_name_check(name)
+        shown = str(name)[:100]
         if name not in allowed:
             raise ValidationFailed(
-                f"{name} is not a variable this request asks for ({', '.join(request.required)})",
-                field=f"env.{name}",
+                f"{shown} is not a variable this request asks for ({', '.join(request.required)})",
+                field=f"env.{shown}",
             )
         if not isinstance(value, str) or not value.strip():
             raise ValidationFailed(f"{name} must be a non-empty string", field=f"env.{name}")

@@ -14,6 +14,8 @@ from threads.models import Event, Message, SubagentLink, Thread, Turn
 from threads.services.control import thread_stop
 from threads.state import ThreadState
 
+pytestmark = pytest.mark.django_db
+
 
 @pytest.fixture
 def engine(engine: Engine) -> Engine:
