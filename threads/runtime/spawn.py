@@ -36,6 +36,7 @@ from threads.services.attachments import attachment_at, attachments_copy
 from threads.services.env import EnvInput, thread_env_copy, thread_env_set
 from threads.services.inbox import message_queue, turn_submit
 from threads.services.messages import message_inject
+from threads.services.subagents import receiver_role
 from threads.services.threads import thread_create
 from threads.services.variable_requests import variable_request_create
 from threads.state import ThreadState
@@ -83,11 +84,6 @@ class Relationship:
     @property
     def description(self) -> str:
         return self.agent.tool_description or self.agent.description
-
-    def message_role(self) -> str:
-        """Parent-to-child messages enter as ``user`` (side A acts) unless the relationship
-        says ``receives_messages: side_b`` (``assistant``: side B acts)."""
-        return "assistant" if self.receives_messages == "side_b" else "user"
 
 
 @dataclass
@@ -317,8 +313,9 @@ def _create(
         immediate_submit(child)
     copied = attachments_copy(source=parent, target=child, refs=request.attachments)
     turn = message_queue(
-        thread=child, role=relationship.message_role(), content=request.message or None,
-        attachments=copied, source=TurnSource.SUBAGENT, wake=request.wake,
+        thread=child, role=receiver_role(relationship.receives_messages),
+        content=request.message or None, attachments=copied, source=TurnSource.SUBAGENT,
+        wake=request.wake,
         metadata={"status_kind": "subagent_event", "subagent_event": "parent_message",
                   "parent_thread_id": str(parent.pk)},
     )  # fmt: skip

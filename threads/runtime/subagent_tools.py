@@ -39,7 +39,7 @@ def lifecycle_tools(thread: Thread, tools: Mapping[str, ResolvedTool]) -> dict[s
     resumable = tuple(tool for tool in tools.values() if is_resumable(tool))
     offered = {name: tool for name, tool in tools.items() if tool not in resumable}
     if resumable:
-        offered[CREATE] = create_tool(resumable)
+        offered[CREATE] = _create_tool(resumable)
         live = SubagentLink.objects.filter(
             thread_id=thread.pk, terminated_at__isnull=True, resumable=True
         )
@@ -56,7 +56,7 @@ def lifecycle_tools(thread: Thread, tools: Mapping[str, ResolvedTool]) -> dict[s
     return offered
 
 
-def create_tool(relationships: tuple[ResolvedTool, ...]) -> ResolvedTool:
+def _create_tool(relationships: tuple[ResolvedTool, ...]) -> ResolvedTool:
     listed = "\n".join(f"- {tool.name}: {tool.spec.description}" for tool in relationships)
     properties = {
         "agent": {"type": "string", "enum": [tool.name for tool in relationships],
@@ -89,10 +89,15 @@ def _lifecycle(
 
 
 def direct_call_guidance(name: str, tools: Mapping[str, ResolvedTool]) -> str | None:
-    """What a model that called a resumable relationship by name is told instead."""
+    """What a model that called a resumable relationship by name is told instead (None: the
+    name is none of the prompt's resumable relationships)."""
     create = tools.get(CREATE)
     if create is None or name not in {tool.name for tool in create.relationships}:
         return None
+    return resumable_guidance(name)
+
+
+def resumable_guidance(name: str) -> str:
     return (
         f"{name!r} is a resumable subagent and cannot be called directly: create an instance "
         f"with {CREATE} (agent={name!r}), then talk to it with {MESSAGE}"

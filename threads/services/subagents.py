@@ -282,6 +282,12 @@ def outcome_deliver(*, link: SubagentLink, outcome: SessionOutcome, child: Threa
         )  # fmt: skip
 
 
+def receiver_role(receives_messages: str) -> str:
+    """Parent-to-child messages enter as ``user`` (side A acts) unless the relationship says
+    ``receives_messages: side_b`` (``assistant``: side B acts)."""
+    return "assistant" if receives_messages == "side_b" else "user"
+
+
 def owner_role(owner: str) -> str:
     """Child-to-parent traffic lands on the owning side's perspective: side A acts on a
     ``user`` message, side B on an ``assistant`` one."""

@@ -46,9 +46,8 @@ from threads.runtime.subagent_tools import (
     CREATE,
     LIST,
     MESSAGE,
-    create_tool,
-    direct_call_guidance,
     is_resumable,
+    resumable_guidance,
 )
 from threads.runtime.tools import FlowAborted, as_text, stored_calls
 from threads.services import logs
@@ -63,7 +62,12 @@ from threads.services.env import (
 )
 from threads.services.inbox import message_queue
 from threads.services.lock import lock_is_held
-from threads.services.subagents import SessionOutcome, children_of, outcome_take
+from threads.services.subagents import (
+    SessionOutcome,
+    children_of,
+    outcome_take,
+    receiver_role,
+)
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow
@@ -79,9 +83,8 @@ def subagent_call(
 ) -> ToolResult:
     """Run a subagent tool call of side ``side`` (validated ``arguments``)."""
     if resolved.kind == "subagent":
-        if is_resumable(resolved):
-            return ToolResult.failure(direct_call_guidance(resolved.name, {
-                CREATE: create_tool((resolved,))}) or "use subagent_create")  # fmt: skip
+        if is_resumable(resolved):  # only a runtime-forced call reaches here
+            return ToolResult.failure(resumable_guidance(resolved.name))
         return _agent_call(flow, resolved, arguments, side)
     if resolved.name == CREATE:
         return _create(flow, resolved, arguments, side)
@@ -194,7 +197,7 @@ def _send(
     with transaction.atomic():
         copied = attachments_copy(source=flow.thread, target=child, refs=attachments)
         turn = message_queue(
-            thread=child, role="assistant" if link.receives_messages == "side_b" else "user",
+            thread=child, role=receiver_role(link.receives_messages),
             content=text or None, attachments=copied, source=TurnSource.SUBAGENT, wake=not wait,
             metadata={"status_kind": "subagent_event", "subagent_event": "parent_message",
                       "parent_thread_id": str(flow.thread.pk)},
