@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 from urllib.parse import quote
 
 from django.db import connection
@@ -16,3 +17,14 @@ def current_database_url() -> str:
     netloc += "" if unix_socket else f"{host}:{db['PORT']}"
     url = f"postgresql://{netloc}/{quote(db['NAME'])}"
     return f"{url}?host={quote(host)}" if unix_socket else url
+
+
+def server_warm_up(port: int, *, timeout: float) -> None:
+    """Answer one request of a freshly started server: its first loads the URLconf and the
+    views, so a test's own requests (and timings) measure what it tests."""
+    server = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        server.request("GET", "/api/v1/me")
+        assert server.getresponse().status == 401
+    finally:
+        server.close()

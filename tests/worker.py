@@ -12,17 +12,19 @@ Data a worker must see has to be committed: use ``@pytest.mark.django_db(transac
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import django
 import pytest
 from kombu import Exchange, Queue
 
@@ -145,14 +147,20 @@ def worker_start(
     log_path: Path,
     concurrency: int = 4,
     lock_ttl_ms: int | None = None,
+    setup: str | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Worker:
     """Start a worker (threads pool) consuming ``queue`` against ``database_url``; it is
-    ready once :meth:`Worker.wait_ready` returns. The caller stops it."""
-    overrides = {"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": database_url}
+    ready once :meth:`Worker.wait_ready` returns. The caller stops it. ``setup``
+    (``module:function``) runs in the worker before it starts, e.g. to register a test's
+    tools; ``environment`` adds settings (``MEDIA_ROOT`` shared with the test, say)."""
+    overrides = {"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": database_url,
+                 **(environment or {})}  # fmt: skip
     if lock_ttl_ms is not None:
         overrides["THREAD_LOCK_TTL_MS"] = str(lock_ttl_ms)
     command = [
-        sys.executable, "-m", "tests.worker", queue, "--concurrency", str(concurrency),
+        sys.executable, "-m", "tests.worker", queue, *(["--setup", setup] if setup else []),
+        "--concurrency", str(concurrency),
         "--loglevel", "INFO", "--hostname", f"{queue}-{uuid.uuid4().hex[:6]}@%h",
         "--without-heartbeat", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
@@ -223,8 +231,13 @@ def log_on_failure(request: pytest.FixtureRequest, worker: Worker) -> Iterator[W
 
 
 def main(argv: Sequence[str]) -> None:
-    """``python -m tests.worker <queue> <celery worker options>``."""
+    """``python -m tests.worker <queue> [--setup module:function] <celery worker options>``."""
     queue, *options = argv
+    if options[:1] == ["--setup"]:
+        module, function = options[1].split(":")
+        django.setup()
+        getattr(importlib.import_module(module), function)()
+        options = options[2:]
     app.conf.task_default_queue = queue
     app.worker_main(["worker", "--pool", "threads", "--queues", queue, *options])
 

@@ -3,8 +3,8 @@ runs a coordinator, its two resumable subagents and a grandchild; a real uvicorn
 relays the coordinator's events over a WebSocket; PostgreSQL, Redis and the file store are
 real, and one stored scripted model answers every prompt by ``system_contains``.
 
-The worker is ``tests.worker`` started through :data:`_BOOT`, which first registers this
-module's two function tools (:func:`tools_register`): a worker answers only from what its
+The worker is ``tests.worker`` with ``--setup``, which first registers this module's two
+function tools (:func:`tools_register`): a worker answers only from what its
 own process has registered. This process and both subprocesses share one MEDIA_ROOT, so
 files uploaded here are the files the worker copies. Data is committed
 (``transaction=True``) so the worker and the server see it.
@@ -12,15 +12,10 @@ files uploaded here are the files the worker copies. Data is committed
 
 from __future__ import annotations
 
-import http.client
 import json
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -30,17 +25,17 @@ from websockets.sync.client import ClientConnection, connect
 
 from agents.bundles import bundle_import
 from agents.registry import tool, use_registry
-from config import env
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key
-from tests.support import current_database_url
+from tests.support import current_database_url, server_warm_up
 from tests.worker import (
     Worker,
     log_on_failure,
     private_queue,
     tasks_routed_to,
     wait_until,
+    worker_start,
 )
 from threads.models import TURN_TERMINAL, Event, Message, SubagentLink, Thread, ThreadFile, Turn
 from threads.services.lock import lock_is_held
@@ -180,42 +175,6 @@ def _define(tenant: Tenant) -> None:
 
 # Processes -----------------------------------------------------------------------------------
 
-# ``python -c _BOOT <queue> <worker options>``: tests.worker, with this module's tools.
-_BOOT = (
-    "import sys\n"
-    "import django\n"
-    "django.setup()\n"
-    "from tests.threads.test_subagents_e2e import tools_register\n"
-    "tools_register()\n"
-    "from tests.worker import main\n"
-    "main(sys.argv[1:])\n"
-)
-
-
-def _worker_start(*, queue: str, overrides: dict[str, str], log_path: Path) -> Worker:
-    command = [
-        sys.executable, "-c", _BOOT, queue, "--concurrency", "4", "--loglevel", "INFO",
-        "--hostname", f"{queue}-{uuid.uuid4().hex[:6]}@%h", "--without-heartbeat",
-        "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command, cwd=env.REPO_DIR, stdout=log, stderr=subprocess.STDOUT,
-            env=env.child_environment({"DJANGO_SETTINGS_MODULE": "config.settings", **overrides}),
-        )  # fmt: skip
-    return Worker(process=process, queue=queue, log_path=log_path)
-
-
-def _warm_up(port: int) -> None:
-    """The server's first request loads the URLconf and the views; done here, the test's
-    socket is answered at once."""
-    server = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
-    try:
-        server.request("GET", "/api/v1/me")
-        assert server.getresponse().status == 401
-    finally:
-        server.close()
-
 
 @dataclass
 class Services:
@@ -233,11 +192,14 @@ def _services(
     directory = tmp_path_factory.mktemp("subagents")
     media = str(directory / "media")
     overrides = {"DATABASE_URL": current_database_url(), "MEDIA_ROOT": media}
-    worker = _worker_start(queue=private_queue(), overrides=overrides,
-                           log_path=directory / "worker.log")  # fmt: skip
+    worker = worker_start(
+        queue=private_queue(), database_url=overrides["DATABASE_URL"],
+        log_path=directory / "worker.log", environment={"MEDIA_ROOT": media},
+        setup="tests.threads.test_subagents_e2e:tools_register",
+    )  # fmt: skip
     try:
         with background_server(overrides) as (port, _pid):
-            _warm_up(port)
+            server_warm_up(port, timeout=TIMEOUT_S)
             worker.wait_ready()
             with tasks_routed_to(worker.queue):
                 yield Services(worker, port, media)

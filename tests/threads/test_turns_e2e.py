@@ -31,7 +31,7 @@ from agents.bundles import bundle_import
 from config.launcher import background_server
 from tenancy.models import Tenant
 from tests.factories import make_api_key
-from tests.support import current_database_url
+from tests.support import current_database_url, server_warm_up
 from tests.worker import (
     Worker,
     log_on_failure,
@@ -83,7 +83,7 @@ def _services(
     }  # fmt: skip
     try:
         with background_server({"DATABASE_URL": current_database_url()}) as (port, _pid):
-            _warm_up(port)
+            server_warm_up(port, timeout=TIMEOUT_S)
             for started in workers.values():
                 started.wait_ready()
             with tasks_routed_to(workers["main"].queue):
@@ -91,17 +91,6 @@ def _services(
     finally:
         for started in workers.values():
             started.stop()
-
-
-def _warm_up(port: int) -> None:
-    """The server's first request loads the URLconf and the views; done here, a test's
-    timings measure what it tests."""
-    server = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
-    try:
-        server.request("GET", "/api/v1/me")
-        assert server.getresponse().status == 401
-    finally:
-        server.close()
 
 
 def _spare_start(log_path: Path) -> Worker:
