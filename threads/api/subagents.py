@@ -56,14 +56,18 @@ class VariableRequestInput(serializers.Serializer[Any]):
 
 
 class VariableRequestView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="thread_variables_retrieve")
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+        operation_id="thread_variables_retrieve",
+    )
     def get(self, request: Request, thread_id: str, request_id: str) -> Response:
         """What a deferred subagent requires and what is still missing (names only)."""
         found = variable_request_get(thread=self.thread(), request_id=request_id)
         return Response(variable_request_json(found))
 
     @extend_schema(
-        request=VariableRequestInput, responses=OpenApiTypes.OBJECT,
+        request=VariableRequestInput,
+        responses=dict.fromkeys((200, 400, 403, 404, 409, 410), OpenApiTypes.OBJECT),
         operation_id="thread_variables_complete",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, request_id: str) -> Response:
