@@ -101,10 +101,11 @@ def test_every_clause_proved_elsewhere_names_a_test_that_exists(clause: str) -> 
         assert callable(getattr(module, test_name, None)), f"{clause}: {test_name} is gone"
 
 
-def define(engine: Engine, entry: Any, **agent: Any) -> None:
+def define(engine: Engine, entry: Any, *, hooks: tuple[str, ...] = (), **agent: Any) -> None:
+    """A ``boss`` whose prompt lists ``entry`` (and uses ``hooks``), and the ``pair``."""
     engine.define(
         prompts=[
-            prompt("boss", tools=[entry]),
+            prompt("boss", tools=[entry], hooks=list(hooks)),
             prompt("worker", variables=[{"name": "TOPIC", "type": "text"}],
                    required_schema=agent.pop("schema", None),
                    prompt=[{"type": "text", "content": "Topic: "},
@@ -260,14 +261,7 @@ def test_after_subagent_created_runs_on_the_parent_with_the_child_state(engine: 
     def watch(state: ThreadState, child: ThreadState, context: Any) -> None:
         seen.append((state.thread_id, child.thread_id))
 
-    engine.define(
-        prompts=[prompt("boss", tools=[RESUMABLE], hooks=["watch_children"]),
-                 prompt("worker"), prompt("checker")],
-        agents=[{"name": "boss", "side_a": {"prompt": "boss"}},
-                {"name": "pair", "type": "dual_ai", "side_a": {"prompt": "worker"},
-                 "side_b": {"prompt": "checker"}, "expose_as_tool": True,
-                 "tool_description": "pair", "max_session_turns": 1}],
-    )  # fmt: skip
+    define(engine, RESUMABLE, hooks=("watch_children",))
     parent = engine.thread("boss")
     engine.script.tool_calls([create_call()]).text("ok")
     engine.send(parent, "go")
@@ -319,14 +313,7 @@ def test_a_blocking_call_past_its_wait_answers_and_the_result_arrives_as_a_messa
     def take(state: ThreadState, child: ThreadState, context: Any) -> None:
         held.append(lock_acquire(tenant_id=child.thread.tenant_id, thread_id=child.thread.pk))
 
-    engine.define(
-        prompts=[prompt("boss", tools=["pair"], hooks=["another_worker_takes_it"]),
-                 prompt("worker"), prompt("checker")],
-        agents=[{"name": "boss", "side_a": {"prompt": "boss"}},
-                {"name": "pair", "type": "dual_ai", "side_a": {"prompt": "worker"},
-                 "side_b": {"prompt": "checker"}, "expose_as_tool": True,
-                 "tool_description": "pair", "max_session_turns": 1}],
-    )  # fmt: skip
+    define(engine, "pair", hooks=("another_worker_takes_it",))
     parent = engine.thread("boss")
     engine.script.tool_calls([{"name": "pair", "arguments": {"message": "slow work"}}])
     engine.script.text("waiting")
