@@ -98,16 +98,17 @@ def _spawn(thread: Thread, request: VariableRequest, values: dict[str, EnvInput]
     )  # fmt: skip
     if relationship is None:
         raise Conflict(f"agent {request.agent_name!r} no longer exists as a dual_ai agent")
-    spawned = spawn_child(
-        parent=thread, relationship=relationship,
-        request=SpawnRequest(
-            message=spawn["message"], attachments=list(spawn.get("attachments") or []),
-            label=spawn.get("label") or "", arguments=spawn.get("arguments"),
-            scoped_env={**request_values_open(request), **values},
-            description=spawn.get("description") or "",
-            spawn_group_id=spawn.get("spawn_group_id") or "",
-        ),
+    request_spawn = SpawnRequest(
+        message=spawn["message"], attachments=list(spawn.get("attachments") or []),
+        label=spawn.get("label") or "", arguments=spawn.get("arguments"),
+        scoped_env={**request_values_open(request), **values},
+        description=spawn.get("description") or "",
+        spawn_group_id=spawn.get("spawn_group_id") or "",
     )  # fmt: skip
+    try:
+        spawned = spawn_child(parent=thread, relationship=relationship, request=request_spawn)
+    except NotFound as error:  # a file the spawn was to copy is gone: not an unknown request
+        raise Conflict(f"the subagent could not be started: {error.message}") from error
     if isinstance(spawned, ToolResult):
         raise Conflict(f"the subagent could not be started: {spawned.error}")
     return spawned.child

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from common.errors import Conflict
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Message, SubagentLink, Thread, Turn, VariableRequest
 from threads.runtime.bootstrap import variable_request_complete
@@ -238,3 +239,26 @@ def test_subagents_nest_no_deeper_than_the_cap(engine: Engine, settings: Any) ->
     refused = Message.objects.get(thread=child, role="tool")
     assert "nest 1 deep (SUBAGENT_MAX_DEPTH)" in (refused.content or "")
     assert SubagentLink.objects.filter(thread=child).count() == 0
+
+
+def test_a_request_whose_attachment_is_gone_is_a_conflict_not_an_unknown_request(
+    engine: Engine,
+) -> None:
+    files = {"type": "array", "items": {"type": "string"}}
+    schema = {"type": "object", "properties": {"task": {"type": "string"}, "files": files}}
+    worker = prompt("worker", variables=[TOKEN], required_schema=schema)
+    define(engine, {"name": "pair", "init_attachments_property": "files"}, worker=worker)
+    parent = engine.thread("boss")
+    ThreadState(parent).write_file("/attachments/brief.txt", b"brief", "text/plain")
+    call = {"name": "pair", "arguments": {"task": "go", "files": ["/attachments/brief.txt"]}}
+    engine.script.tool_calls([call]).text("asked")
+    engine.send(parent, "start")
+    engine.drive(parent)
+    request = VariableRequest.objects.get(thread=parent)
+    ThreadState(parent).unlink_file("/attachments/brief.txt")
+
+    with pytest.raises(Conflict, match=r"no file at /attachments/brief\.txt"):
+        variable_request_complete(thread=parent, request_id=request.pk, env={"REPO_TOKEN": "t"})
+
+    assert children(parent) == []
+    assert VariableRequest.objects.get(pk=request.pk).status == "pending"
