@@ -40,6 +40,7 @@ from agents.services import (
 )
 from agents.validation import KINDS, SINGULAR, DefinitionSet, Kind, Problem
 from common.errors import LimitExceeded, ValidationFailed
+from common.payloads import MAX_DEPTH, payload_check
 from common.time import now
 from tenancy.models import Tenant
 
@@ -55,9 +56,13 @@ def bundle_parse(raw: bytes | str) -> object:
         limit = f"{MAX_BUNDLE_BYTES} bytes ({MAX_BUNDLE_BYTES // 2**20} MiB)"
         raise LimitExceeded(f"bundle is {size} bytes; the limit is {limit}")
     try:
-        return yaml.safe_load(raw)
+        document = yaml.safe_load(raw)
     except yaml.YAMLError as error:
         raise ValidationFailed(f"bundle is neither valid YAML nor JSON: {error}") from error
+    except RecursionError as error:
+        raise ValidationFailed(f"bundle is nested more than {MAX_DEPTH} levels deep") from error
+    payload_check(document)
+    return document
 
 
 def bundle_dump(document: Mapping[str, Any], fmt: Format = "yaml") -> str:

@@ -6,13 +6,15 @@ Every error the API returns has the shape ``{"error": {"code", "message", "field
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, JsonResponse
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import csrf
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
@@ -70,6 +72,8 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
             error_body("limit_exceeded", f"request body exceeds {limit} bytes"),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, SuspiciousOperation):  # e.g. more query parameters than allowed
+        return Response(error_body("bad_request", str(exc)), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -97,9 +101,54 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     )
 
 
+def api_url_check(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., Any]:
+    """Middleware: an ``/api/`` URL whose path or query holds a NUL character, or more query
+    parameters than ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a 400 before any view reads it."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        if request.path.startswith("/api/"):
+            refused = _url_problem(request)
+            if refused is not None:
+                return refused
+        return get_response(request)
+
+    return middleware
+
+
+def _url_problem(request: HttpRequest) -> JsonResponse | None:
+    if "\x00" in request.path:
+        message = "the URL path contains a NUL character (%00)"
+        return JsonResponse(error_body("invalid", message, "path"), status=400)
+    try:
+        query = request.GET
+    except SuspiciousOperation as error:
+        return JsonResponse(error_body("bad_request", str(error)), status=400)
+    for key, values in query.lists():
+        if "\x00" in key or any("\x00" in value for value in values):
+            message = f"query parameter {key[:100]!r} contains a NUL character (%00)"
+            return JsonResponse(error_body("invalid", message, key[:100]), status=400)
+    return None
+
+
+@csrf_exempt  # it changes nothing: a write to an unknown path is a 404, not a CSRF page
 def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     """handler404 for unknown API URLs (HTML pages keep Django's default)."""
     return JsonResponse(error_body("not_found", f"No route for {request.path}"), status=404)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: a JSON 403 under ``/api/`` (a session request without its token),
+    Django's page elsewhere."""
+    if not request.path.startswith("/api/"):
+        return csrf.csrf_failure(request, reason)
+    return JsonResponse(
+        error_body(
+            "csrf_failed",
+            f"CSRF verification failed ({reason}): send the csrftoken cookie's value in the "
+            "X-CSRFToken header, or authenticate with an API key (Authorization: Bearer)",
+        ),
+        status=403,
+    )
 
 
 def json_server_error(request: HttpRequest) -> JsonResponse:

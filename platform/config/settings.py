@@ -50,6 +50,7 @@ SECRET_KEY = env.secret_key()
 DEBUG = env.debug()
 ALLOWED_HOSTS = env.allowed_hosts()
 CSRF_TRUSTED_ORIGINS = env.csrf_trusted_origins()
+CSRF_FAILURE_VIEW = "common.api.csrf_failure"
 
 # Master keys for envelope encryption (common.crypto); newest first.
 PLATFORM_ENCRYPTION_KEYS = env.encryption_keys()
@@ -86,6 +87,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "common.api.api_url_check",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -200,7 +202,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["tenancy.permissions.HasTenantRole"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["common.drf.CheckedJSONParser"],
+    "DEFAULT_METADATA_CLASS": "common.drf.RouteMetadata",
     "DEFAULT_PAGINATION_CLASS": "common.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

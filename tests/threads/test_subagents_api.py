@@ -548,7 +548,8 @@ def test_malformed_request_ids_are_json_404s(
     response = getattr(member, method)(f"/api/v1/threads/{thread.id}/{suffix}", {}, format="json")
 
     _json_error(response, suffix)
-    assert response.status_code == 404
+    # A NUL in the URL is refused before routing (400 naming the path); the rest match nothing.
+    assert response.status_code == (400 if "%00" in suffix else 404)
 
 
 @pytest.mark.parametrize("path", ["children", "variables/{request_id}"])
