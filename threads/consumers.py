@@ -2,14 +2,17 @@
 lifecycle (``/ws/events/``).
 
 Both accept the socket first and then close with an application code, so that browsers see
-the code: ``4400`` a malformed ``after``, ``4401`` no valid credentials, ``4404`` no such
-thread in the caller's tenant, ``4410`` the thread is terminated (after its events were
-sent). A client may send ``ping`` (or ``{"type": "ping"}``) and gets ``{"type": "pong"}``.
+the code: ``4400`` a malformed ``after``; ``4401`` no valid credentials, also later, when the
+socket's key is revoked or expires, its membership is removed, or its tenant or user is
+deactivated (``tenancy.credentials``); ``4404`` no such thread in the caller's tenant;
+``4410`` the thread is terminated (after its events were sent). A client may send ``ping``
+(or ``{"type": "ping"}``) and gets ``{"type": "pong"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from typing import Any
 from urllib.parse import parse_qs
@@ -17,7 +20,9 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from common.time import now
 from tenancy.authentication import BEARER_SUBPROTOCOL_PREFIX
+from tenancy.credentials import credential_groups
 from tenancy.principals import Principal
 from threads.broadcast import unbatched
 from threads.events import EventType, tenant_group, thread_group
@@ -60,26 +65,44 @@ def _is_ping(text: str | None) -> bool:
 
 
 class _EventSocket(AsyncWebsocketConsumer):
-    group: str | None = None
+    groups_joined: list[str]
+    expiry: asyncio.Task[None] | None = None
 
     async def _open(self) -> Principal | None:
+        """Accept, then close 4401 without a principal; else follow its credentials."""
+        self.groups_joined = []
         await self.accept(subprotocol=_subprotocol(self.scope))
         principal: Principal | None = self.scope.get("principal")
         if principal is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return None
+        for group in credential_groups(principal):
+            await self._join(group)
+        expires_at = principal.api_key.expires_at if principal.api_key is not None else None
+        if expires_at is not None:
+            self.expiry = asyncio.create_task(self._close_at(expires_at))
         return principal
 
     async def _join(self, group: str) -> None:
-        self.group = group
+        self.groups_joined.append(group)
         await self.channel_layer.group_add(group, self.channel_name)
+
+    async def credentials_revoked(self, message: dict[str, Any]) -> None:
+        await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def _close_at(self, moment: dt.datetime) -> None:
+        await asyncio.sleep(max(0.0, (moment - now()).total_seconds()))
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if _is_ping(text_data):
             await self.send(text_data=PONG)
 
     async def disconnect(self, code: int) -> None:
-        if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.expiry is not None:
+            self.expiry.cancel()
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
 
 class ThreadEventsConsumer(_EventSocket):

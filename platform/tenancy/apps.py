@@ -7,3 +7,6 @@ class TenancyConfig(AppConfig):
 
     def ready(self) -> None:
         from tenancy import schema  # noqa: F401 - registers the OpenAPI auth extensions
+        from tenancy.credentials import connect_signals
+
+        connect_signals()  # open sockets close when their credentials go away

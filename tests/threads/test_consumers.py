@@ -7,6 +7,7 @@ while the sockets run on the test's event loop.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
@@ -20,11 +21,13 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
+from common.time import now
 from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
-from tenancy.models import Role, Tenant
+from tenancy.models import Membership, Role, Tenant
+from tenancy.services import api_key_revoke
 from tests.agents.samples import seed_rich
-from tests.factories import make_api_key, make_session, make_thread
+from tests.factories import make_api_key, make_member, make_session, make_thread
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads.consumers import TERMINATED_DRAIN_S
 from threads.events import publish
@@ -321,3 +324,74 @@ async def test_a_members_session_follows_its_tenants_thread(tenant: Tenant) -> N
     assert connected
     assert json.loads(await socket.receive_from())["payload"] == {"name": "hello", "data": 1}
     await socket.disconnect()
+
+
+# Sockets follow credentials ---------------------------------------------------------------
+
+
+async def _drained(socket: WebsocketCommunicator) -> WebsocketCommunicator:
+    """The socket after its replay (an emitted event), so what comes next is live."""
+    await socket.receive_from()
+    return socket
+
+
+@pytest.mark.parametrize("path", ["thread", "tenant"])
+async def test_revoking_a_key_closes_its_open_sockets_4401(tenant: Tenant, path: str) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    issued = await database_sync_to_async(make_api_key)(tenant, role=Role.READ_ONLY)
+    other = await _key(tenant)
+    if path == "thread":
+        await database_sync_to_async(ThreadState(thread).emit)("hello", 1)
+        socket = await _drained(await _thread_socket(thread, issued.secret))
+    else:
+        socket = await _open("/ws/events/", key=issued.secret)
+    bystander = await _open("/ws/events/", key=other)
+
+    await database_sync_to_async(api_key_revoke)(tenant=tenant, api_key_id=issued.api_key.id)
+
+    assert await _close_code(socket) == 4401
+    assert await bystander.receive_nothing(timeout=0.3)  # another key's socket stays open
+    await bystander.disconnect()
+
+
+async def test_an_expiring_key_closes_its_socket_when_it_expires(tenant: Tenant) -> None:
+    thread = await database_sync_to_async(make_thread)(tenant)
+    expires = now() + dt.timedelta(seconds=1)
+    issued = await database_sync_to_async(make_api_key)(tenant, expires_at=expires)
+    socket = await _thread_socket(thread, issued.secret)
+
+    assert await socket.receive_nothing(timeout=0.5)
+    assert await _close_code(socket) == 4401
+
+
+async def test_deactivating_the_tenant_closes_its_sockets_4401(tenant: Tenant) -> None:
+    socket = await _open("/ws/events/", key=await _key(tenant))
+
+    def deactivate() -> None:
+        tenant.is_active = False
+        tenant.save(update_fields=["is_active"])
+
+    await database_sync_to_async(deactivate)()
+
+    assert await _close_code(socket) == 4401
+
+
+async def test_removing_a_membership_closes_the_members_session_sockets(tenant: Tenant) -> None:
+    user = await database_sync_to_async(make_member)(tenant, role=Role.READ_ONLY)
+    session_key = await database_sync_to_async(_session_of)(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={session_key}"
+    socket = WebsocketCommunicator(
+        application, "/ws/events/", headers=[(b"cookie", cookie.encode())]
+    )
+    connected, _ = await socket.connect()
+    assert connected
+
+    await database_sync_to_async(Membership.objects.filter(user=user, tenant=tenant).delete)()
+
+    assert await _close_code(socket) == 4401
+
+
+def _session_of(user: Any) -> str:
+    client = APIClient()
+    client.force_login(user)
+    return str(client.cookies[settings.SESSION_COOKIE_NAME].value)
