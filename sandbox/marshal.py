@@ -208,12 +208,24 @@ def decode(node: Node, path: str = "value") -> Any:
             node["v"]
         ]
     if tag == "bigint":
-        return int(node["v"])
+        try:
+            return int(node["v"])
+        except ValueError as error:  # longer than Python converts (sys.int_info)
+            raise SerializationError(
+                path, f"a BigInt of {len(str(node['v']))} digits is larger than the host "
+                "accepts (4300 digits); send it as a string",
+            ) from error  # fmt: skip
     if tag == "date":
         millis = node["v"]
         if not isinstance(millis, int | float) or not math.isfinite(millis):
             raise SerializationError(path, "an invalid Date is not transferable")
-        return _EPOCH + timedelta(milliseconds=millis)
+        try:
+            return _EPOCH + timedelta(milliseconds=millis)
+        except OverflowError as error:
+            raise SerializationError(
+                path, "a Date outside the years 1-9999 cannot cross to the host; send "
+                "date.toISOString() or its epoch milliseconds",
+            ) from error  # fmt: skip
     if tag == "bytes":
         data = base64.b64decode(node["v"])
         return data if node["k"] == "Uint8Array" else TypedArray(node["k"], data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from typing import Any
 
 import pytest
@@ -151,3 +152,40 @@ def test_run_code_needs_the_member_role(thread: Thread, client_for: Any) -> None
 
     assert response.status_code == 403
     assert not Log.objects.filter(thread=thread, kind="code").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "words"),
+    [
+        ('export default "\\uD800"', "EncodingError", "result is not valid Unicode"),
+        ('export default {a: ["ok", "\\uDC00"]}', "EncodingError", "result.a[1] is not valid"),
+        ("export default new Date(8.64e15)", "SerializationError", "outside the years 1-9999"),
+        ("export default 10n ** 5000n", "SerializationError", "BigInt of 5001 digits"),
+    ],
+)
+def test_results_python_or_json_cannot_carry_settle_as_clear_errors(
+    thread: Thread, member: APIClient, source: str, name: str, words: str
+) -> None:
+    """Not a 500, not a hang until the budget: the call settles with an error saying why."""
+    body = {"source": source, "options": {"language": "javascript"}}
+    started = time.monotonic()
+
+    response = _run(member, thread, body)
+
+    assert time.monotonic() - started < 5
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["status"] == "error"
+    assert answer["error"]["name"] == name
+    assert words in answer["error"]["message"]
+
+
+def test_logs_with_a_lone_surrogate_are_sent_with_a_replacement_character(
+    thread: Thread, member: APIClient
+) -> None:
+    source = 'console.log("x\\uD800y"); export default 1'
+
+    response = _run(member, thread, {"source": source, "options": {"language": "javascript"}})
+
+    assert response.status_code == 200
+    assert response.json()["logs"][0]["args"] == ["x\ufffdy"]

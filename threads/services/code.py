@@ -8,6 +8,7 @@ it, so the pool's size and the budgets have one home.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import json
 import math
@@ -19,11 +20,14 @@ from django.conf import settings
 from agents.documents import CodeToolDoc
 from agents.providers.base import AbortSignal as FlowAbortSignal
 from agents.registry import ToolResult
+from common.errors import ValidationFailed
+from common.payloads import payload_check
 from sandbox import (
     UNDEFINED,
     AbortSignal,
     CodeExecution,
     CodeExecutionResult,
+    ExecutionError,
     JSMap,
     RunnerPool,
     TypedArray,
@@ -96,6 +100,9 @@ def code_tool_run(
     result = code_settle(code_run(tool.source, options, abort=abort), budget_s=budget)
     if result.status == "success":
         value = plain(result.result)
+        problem = unstorable(value)
+        if problem is not None:
+            return ToolResult.failure(problem, code="code_unstorable_result")
         if value is None:
             return ToolResult.success("")
         return ToolResult.success(value if isinstance(value, str) else json.dumps(value))
@@ -114,30 +121,59 @@ def _failure_text(result: CodeExecutionResult) -> str:
     return f"{prefix.get(result.status, '')}{error.name}: {error.message}{where}"
 
 
+def unstorable(value: Any) -> str | None:
+    """Why a result cannot be stored or sent as JSON text (a NUL, a lone surrogate, deep
+    nesting: :func:`common.payloads.payload_check`), or None."""
+    try:
+        payload_check(value, path="result")
+    except ValidationFailed as problem:
+        return f"the code's {problem.field or 'result'} {problem.message}; encode it first"
+    return None
+
+
 def code_result_json(result: CodeExecutionResult) -> dict[str, Any]:
-    """A result in the spec's shape (DIGEST §17: camelCase ``durationMs``), JSON-safe."""
+    """A result in the spec's shape (DIGEST §17: camelCase ``durationMs``), JSON-safe: a
+    result JSON cannot carry (a lone surrogate, say) settles as an ``error``."""
+    value = plain(result.result) if result.status == "success" else None
+    problem = unstorable(value)
+    if problem is not None:
+        failure = ExecutionError(name="EncodingError", message=problem)
+        result = dataclasses.replace(result, status="error", error=failure)
+        value = None
     error = result.error
     return {
         "status": result.status,
-        "result": plain(result.result) if result.status == "success" else None,
+        "result": value,
         "error": None
         if error is None
         else {
             "name": error.name,
-            "message": error.message,
-            "stack": error.stack,
+            "message": _printable(error.message),
+            "stack": _printable(error.stack),
             "line": error.line,
             "column": error.column,
             "filename": error.filename,
             "specifier": error.specifier,
         },
         "logs": [
-            {"level": log.level, "args": plain(log.args), "timestamp": log.timestamp}
+            {"level": log.level, "args": _printable(plain(log.args)), "timestamp": log.timestamp}
             for log in result.logs
         ],
-        "reports": plain(result.reports),
+        "reports": _printable(plain(result.reports)),
         "durationMs": result.duration_ms,
     }
+
+
+def _printable(value: Any) -> Any:
+    """Diagnostics (logs, reports, messages) with each lone surrogate replaced by U+FFFD, so
+    they can always be sent as JSON."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, Mapping):
+        return {_printable(key): _printable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_printable(item) for item in value]
+    return value
 
 
 def plain(value: Any) -> Any:
