@@ -1,4 +1,10 @@
-"""``/healthz``: is this process able to reach PostgreSQL and Redis?"""
+"""Probes: ``/healthz`` (liveness: the process answers) and ``/readyz`` (readiness: it can
+reach PostgreSQL and Redis).
+
+Liveness needs nothing but the event loop, so a busy database pool or a slow dependency
+never makes an orchestrator restart a process that is merely waiting; readiness is what a
+load balancer should route on.
+"""
 
 from __future__ import annotations
 
@@ -54,7 +60,12 @@ def _timed(check: Callable[[], str | None]) -> tuple[str | None, float]:
     return problem, round((time.perf_counter() - started) * 1000, 1)
 
 
-def healthz(request: HttpRequest) -> JsonResponse:
+async def healthz(request: HttpRequest) -> JsonResponse:
+    """200 while the process runs its event loop: no database, no Redis, no worker thread."""
+    return JsonResponse({"status": "ok"})
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
     """200 when every dependency answers; 503 naming each one that does not.
 
     Both checks run concurrently and the answer comes within ``CHECK_TIMEOUT_S``

@@ -2,7 +2,7 @@
 
 Starts (or reuses) PostgreSQL and Redis, migrates, seeds the demo tenant, then
 runs the ASGI server, a Celery worker (threads pool) and celery beat. It prints
-the URLs and the demo API key once ``/healthz`` answers. Ctrl-C (or SIGTERM)
+the URLs and the demo API key once ``/readyz`` answers. Ctrl-C (or SIGTERM)
 stops the three processes, then the embedded servers this run started.
 """
 
@@ -108,13 +108,13 @@ def _wait_ready(base_url: str, processes: dict[str, subprocess.Popen[bytes]]) ->
                 raise LaunchError(f"{name} exited with code {process.returncode} while starting")
         try:
             # base_url is our own http://host:port/, never caller input.
-            with urllib.request.urlopen(f"{base_url}healthz", timeout=2) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{base_url}readyz", timeout=2) as response:  # noqa: S310
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.25)
-    raise LaunchError(f"{base_url}healthz did not answer 200 within {READY_TIMEOUT_S}s")
+    raise LaunchError(f"{base_url}readyz did not answer 200 within {READY_TIMEOUT_S}s")
 
 
 def _banner(base_url: str, credentials: dict[str, str]) -> str:

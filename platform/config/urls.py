@@ -5,7 +5,7 @@ from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from common.api import json_not_found, json_server_error
-from config.health import healthz
+from config.health import healthz, readyz
 
 urlpatterns = [
     path(
@@ -16,6 +16,7 @@ urlpatterns = [
         name="home",
     ),
     re_path(r"^healthz/?$", healthz, name="healthz"),
+    re_path(r"^readyz/?$", readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

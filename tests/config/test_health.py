@@ -22,8 +22,8 @@ def _closed_port() -> int:
 
 
 @pytest.mark.django_db
-def test_healthz_is_ok_when_postgres_and_redis_answer(client: Client) -> None:
-    response = client.get("/healthz")
+def test_readyz_is_ok_when_postgres_and_redis_answer(client: Client) -> None:
+    response = client.get("/readyz")
 
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
@@ -38,17 +38,17 @@ def test_healthz_is_ok_when_postgres_and_redis_answer(client: Client) -> None:
 
 
 @pytest.mark.django_db
-def test_healthz_answers_with_a_trailing_slash(client: Client) -> None:
-    assert client.get("/healthz/").status_code == 200
+def test_readyz_answers_with_a_trailing_slash(client: Client) -> None:
+    assert client.get("/readyz/").status_code == 200
 
 
 @pytest.mark.django_db
-def test_healthz_is_unavailable_naming_redis_when_redis_is_down(
+def test_readyz_is_unavailable_naming_redis_when_redis_is_down(
     client: Client, settings: Settings
 ) -> None:
     settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
 
-    response = client.get("/healthz")
+    response = client.get("/readyz")
 
     assert response.status_code == 503
     body = response.json()
@@ -87,9 +87,9 @@ def _postgres_unreachable(port: int | None = None, pool_timeout: float = 1) -> I
 
 
 @pytest.mark.django_db(transaction=True)
-def test_healthz_is_unavailable_naming_postgres_when_postgres_is_down(client: Client) -> None:
+def test_readyz_is_unavailable_naming_postgres_when_postgres_is_down(client: Client) -> None:
     with _postgres_unreachable():
-        response = client.get("/healthz")
+        response = client.get("/readyz")
 
     assert response.status_code == 503
     body = response.json()
@@ -105,25 +105,25 @@ def test_healthz_is_unavailable_naming_postgres_when_postgres_is_down(client: Cl
 
 
 @pytest.mark.django_db(transaction=True)
-def test_healthz_names_both_when_everything_is_down(client: Client, settings: Settings) -> None:
+def test_readyz_names_both_when_everything_is_down(client: Client, settings: Settings) -> None:
     settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
 
     with _postgres_unreachable():
-        response = client.get("/healthz")
+        response = client.get("/readyz")
 
     assert response.status_code == 503
     assert response.json()["message"] == "unavailable: postgres, redis"
 
 
 @pytest.mark.django_db(transaction=True)
-def test_healthz_answers_within_its_deadline_when_postgres_hangs(client: Client) -> None:
+def test_readyz_answers_within_its_deadline_when_postgres_hangs(client: Client) -> None:
     # A listener that never accepts: connections sit in the backlog, unanswered.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blackhole:
         blackhole.bind(("127.0.0.1", 0))
         blackhole.listen(64)
         with _postgres_unreachable(port=blackhole.getsockname()[1], pool_timeout=10):
             started = time.monotonic()
-            response = client.get("/healthz")
+            response = client.get("/readyz")
             elapsed = time.monotonic() - started
 
     assert response.status_code == 503
@@ -132,3 +132,20 @@ def test_healthz_answers_within_its_deadline_when_postgres_hangs(client: Client)
     )
     assert response.json()["checks"]["redis"]["ok"] is True
     assert elapsed < CHECK_TIMEOUT_S + 1.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_healthz_is_liveness_and_stays_ok_when_dependencies_are_down(
+    client: Client, settings: Settings
+) -> None:
+    """An orchestrator must not restart a process because PostgreSQL or Redis is away (or
+    its pool busy): /healthz needs neither; /readyz says what is down."""
+    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+
+    with _postgres_unreachable():
+        alive = client.get("/healthz")
+        ready = client.get("/readyz")
+
+    assert (alive.status_code, alive.json()) == (200, {"status": "ok"})
+    assert client.get("/healthz/").status_code == 200
+    assert ready.status_code == 503
