@@ -20,6 +20,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
+from tenancy.services import api_key_revoke
 from tests.factories import make_api_key, make_thread
 from tests.support import current_database_url
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
@@ -156,3 +157,26 @@ def test_server_sent_events_follow_a_flow_live_after_the_replay(
     log = list(Event.objects.filter(thread=thread).values_list("sequence", flat=True))
     assert [f["sequence"] for f in _persisted(frames)] == sorted(log)[1:]
     assert any(f["type"] == "model.delta" for f in frames)
+
+
+def test_an_event_stream_ends_with_revoked_when_its_key_is_revoked(
+    port: int, tenant: Tenant
+) -> None:
+    """Like a socket (closed 4401), a Server-Sent Events stream follows its credentials."""
+    thread = make_thread(tenant)
+    issued = make_api_key(tenant, role=Role.READ_ONLY)
+    stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    stream.request(
+        "GET", f"/api/v1/threads/{thread.id}/events",
+        headers={"Authorization": f"Bearer {issued.secret}", "Accept": "text/event-stream"},
+    )  # fmt: skip
+    response = stream.getresponse()
+    assert response.status == 200
+    assert response.readline() == b"retry: 2000\n"
+
+    api_key_revoke(tenant=tenant, api_key_id=issued.api_key.id)
+
+    rest = response.read().decode()  # the server ends the stream
+    stream.close()
+    assert "event: revoked\n" in rest
+    assert '"code": "unauthenticated"' in rest

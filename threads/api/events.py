@@ -12,7 +12,9 @@ nothing newer is answered ``204`` (EventSource stops reconnecting).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -27,6 +29,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import ValidationFailed
+from common.time import now
+from tenancy.credentials import REVOKED, credential_groups
+from tenancy.viewsets import request_principal
 from threads.api.base import ThreadScopedView
 from threads.broadcast import unbatched
 from threads.events import EventType, thread_group
@@ -145,8 +150,13 @@ def sse_response(
     """``cursor``'s events as Server-Sent Events: replayed then followed live under ASGI,
     replayed only under WSGI."""
     scope = scope or StreamScope()
+    principal = request_principal(request)
+    key = principal.api_key
+    credentials = _Credentials(
+        credential_groups(principal), key.expires_at if key is not None else None
+    )
     content = (
-        _follow(cursor, scope)
+        _follow(cursor, scope, credentials)
         if isinstance(request._request, ASGIRequest)
         else _replay(cursor, scope)
     )
@@ -165,14 +175,38 @@ def _replay(cursor: EventCursor, scope: StreamScope) -> Iterator[bytes]:
                 return
 
 
-async def _follow(cursor: EventCursor, scope: StreamScope) -> AsyncIterator[bytes]:
-    """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)."""
+@dataclass(frozen=True)
+class _Credentials:
+    """What a stream's credentials are: the groups that hear of their loss, and the key's
+    expiry (the stream ends with a ``revoked`` event at either, as sockets close 4401)."""
+
+    groups: list[str]
+    expires_at: dt.datetime | None
+
+    def seconds_left(self) -> float | None:
+        if self.expires_at is None:
+            return None
+        return (self.expires_at - now()).total_seconds()
+
+
+REVOKED_FRAME = (
+    b'event: revoked\ndata: {"error": {"code": "unauthenticated", "message": "the '
+    b'credentials of this stream were revoked or expired"}}\n\n'
+)
+
+
+async def _follow(
+    cursor: EventCursor, scope: StreamScope, credentials: _Credentials
+) -> AsyncIterator[bytes]:
+    """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)
+    until the scope ends or the credentials go away."""
     thread = cursor.thread
     layer = get_channel_layer()
     assert layer is not None
     channel = await layer.new_channel()
-    group = thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk)
-    await layer.group_add(group, channel)
+    groups = [thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk), *credentials.groups]
+    for group in groups:
+        await layer.group_add(group, channel)
     receiving: asyncio.Task[dict[str, Any]] | None = None
     try:
         yield b"retry: 2000\n\n"
@@ -184,13 +218,22 @@ async def _follow(cursor: EventCursor, scope: StreamScope) -> AsyncIterator[byte
         if thread.terminated_at is not None or scope.ended:
             return
         while True:
+            left = credentials.seconds_left()
+            if left is not None and left <= 0:
+                yield REVOKED_FRAME
+                return
             if receiving is None:
                 receiving = asyncio.ensure_future(layer.receive(channel))
-            done, _ = await asyncio.wait({receiving}, timeout=KEEPALIVE_S)
+            wait = KEEPALIVE_S if left is None else min(KEEPALIVE_S, left)
+            done, _ = await asyncio.wait({receiving}, timeout=wait)
             if not done:
-                yield b": keepalive\n\n"
+                if left is None or left > wait:
+                    yield b": keepalive\n\n"
                 continue
             message, receiving = receiving.result(), None
+            if message.get("type") == REVOKED:
+                yield REVOKED_FRAME
+                return
             for one in unbatched(message):
                 for delivery in await cursor.admit(one):
                     if scope.keep(delivery):
@@ -200,7 +243,8 @@ async def _follow(cursor: EventCursor, scope: StreamScope) -> AsyncIterator[byte
     finally:
         if receiving is not None:
             receiving.cancel()
-        await layer.group_discard(group, channel)
+        for group in groups:
+            await layer.group_discard(group, channel)
 
 
 urlpatterns = [
