@@ -20,12 +20,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from agents.documents import AgentDoc, PromptDoc, ToolConfig
+from agents.documents import AgentDoc, PromptDoc, ResumableConfig, ToolConfig
 from agents.graph import agent_graph_variables
 from agents.registry import HookName, ToolResult
 from agents.schemas import ArgumentsInvalid, SchemaProblem, validate_args
-from agents.selectors import agent_load, prompt_load
-from common.errors import NotFound
 from threads.events import Outbox, publish
 from threads.models import SubagentLink, Thread, Turn, TurnKind, TurnSource
 from threads.runtime.definitions import FlowDefinitions
@@ -64,21 +62,24 @@ class Relationship:
 
     @property
     def resumable(self) -> bool:
-        return self.config is not None and bool(self.config.resumable)
+        return self._resumable is not None
+
+    @property
+    def _resumable(self) -> ResumableConfig | None:
+        resumable = self.config.resumable if self.config is not None else None
+        return resumable or None
 
     @property
     def max_instances(self) -> int | None:
-        resumable = self.config.resumable if self.config is not None else None
-        return resumable.max_instances if resumable else None
+        return self._resumable.max_instances if self._resumable else None
 
     @property
     def receives_messages(self) -> str:
-        resumable = self.config.resumable if self.config is not None else None
-        return resumable.receives_messages if resumable else "side_a"
+        return self._resumable.receives_messages if self._resumable else "side_a"
 
     @property
     def parent_communication(self) -> str:
-        resumable = self.config.resumable if self.config is not None else None
+        resumable = self._resumable
         return (resumable.parent_communication if resumable else None) or "implicit"
 
     @property
@@ -115,11 +116,13 @@ class Spawned:
     turn: Turn
 
 
+def _definitions(tenant: Any) -> FlowDefinitions:
+    """The tenant's definitions through the shared cache (a spawn reads a few of them)."""
+    return FlowDefinitions(tenant=tenant, model_env=lambda _name: None)
+
+
 def side_a_prompt(agent: AgentDoc, tenant: Any) -> PromptDoc | None:
-    try:
-        return prompt_load(tenant=tenant, name=agent.side_a.prompt)
-    except NotFound:
-        return None
+    return _definitions(tenant).prompt(agent.side_a.prompt)
 
 
 def arguments_schema(agent: AgentDoc, tenant: Any) -> dict[str, Any] | None:
@@ -288,15 +291,6 @@ def _create(
     thread_env_copy(source=parent, target=child, exclude=scoped | request.exclude_env)
     for name, item in request.scoped_env.items():
         thread_env_set(thread=child, name=name, value=item.value, type=item.type)
-    link = SubagentLink.objects.create(
-        tenant_id=parent.tenant_id, thread=parent, child=child, relationship=relationship.name,
-        owner=relationship.owner, agent_name=relationship.agent.name, title=label,
-        description=request.description or relationship.description,
-        blocking=relationship.blocking, resumable=relationship.resumable,
-        receives_messages=relationship.receives_messages,
-        parent_communication=relationship.parent_communication,
-        initial_arguments=arguments, spawn_group_id=request.spawn_group_id,
-    )  # fmt: skip
     child_state = ThreadState(child)
     thread_hooks(child_state).notify(HookName.AFTER_THREAD_CREATED)
     (hooks or thread_hooks(ThreadState(parent))).notify(
@@ -319,10 +313,18 @@ def _create(
         metadata={"status_kind": "subagent_event", "subagent_event": "parent_message",
                   "parent_thread_id": str(parent.pk)},
     )  # fmt: skip
-    SubagentLink.objects.filter(pk=link.pk).update(
-        awaited_turn=turn.pk if not request.wake else None
-    )
-    link.awaited_turn = turn.pk if not request.wake else None
+    # The registry entry comes after after_subagent_created (DIGEST §6.3's order), with the
+    # turn a blocking call awaits.
+    link = SubagentLink.objects.create(
+        tenant_id=parent.tenant_id, thread=parent, child=child, relationship=relationship.name,
+        owner=relationship.owner, agent_name=relationship.agent.name, title=label,
+        description=request.description or relationship.description,
+        blocking=relationship.blocking, resumable=relationship.resumable,
+        receives_messages=relationship.receives_messages,
+        parent_communication=relationship.parent_communication,
+        initial_arguments=arguments, spawn_group_id=request.spawn_group_id,
+        awaited_turn=None if request.wake else turn.pk,
+    )  # fmt: skip
     publish(
         parent, "subagent.spawned",
         {"subagent_id": str(child.pk), "relationship": relationship.name, "name": label,
@@ -341,7 +343,7 @@ def immediate_entries(agent: AgentDoc, tenant: Any) -> list[tuple[str, ToolConfi
     sides = [("a", agent.side_a)]
     if agent.type == "dual_ai" and agent.side_b is not None:
         sides.append(("b", agent.side_b))
-    defs = FlowDefinitions(tenant=tenant, model_env=lambda _name: None)
+    defs = _definitions(tenant)
     found: list[tuple[str, ToolConfig]] = []
     for owner, side in sides:
         prompt = defs.prompt(side.prompt)
@@ -365,11 +367,9 @@ def immediate_submit(thread: Thread, outbox: Outbox | None = None) -> Turn:
 def relationship_load(
     *, tenant: Any, agent_name: str, config: ToolConfig | None, owner: str
 ) -> Relationship | None:
-    try:
-        agent = agent_load(tenant=tenant, name=agent_name)
-    except NotFound:
-        return None
-    if agent.type != "dual_ai":
+    """The relationship to ``agent_name`` (None unless it is a dual_ai agent)."""
+    agent = _definitions(tenant).agent(agent_name)
+    if agent is None or agent.type != "dual_ai":
         return None
     return Relationship(agent, config, owner)
 

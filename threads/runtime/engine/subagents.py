@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import transaction
 
-from agents.documents import ToolConfig
+from agents.documents import ImmediateConfig, ToolConfig
 from agents.providers.base import ToolCall
 from agents.registry import ToolResult
 from common.errors import DomainError
@@ -154,7 +154,7 @@ def _start(flow: Flow, relationship: Relationship, request: SpawnRequest) -> Too
     if isinstance(spawned, ToolResult):
         return spawned
     if relationship.blocking:
-        return session_await(flow, spawned.link, spawned.turn.pk)
+        return session_await(flow, spawned.link, spawned.child, spawned.turn.pk)
     return _initiated(spawned)
 
 
@@ -209,7 +209,7 @@ def _send(
             data={"event": "message", "reference": str(child.pk), "turn_id": str(turn.pk)},
         )  # fmt: skip
     if wait:
-        return session_await(flow, link, turn.pk)
+        return session_await(flow, link, child, turn.pk)
     return ToolResult(
         "success", result=f"Message sent to subagent {child.pk}.", subagent_id=str(child.pk)
     )
@@ -230,10 +230,9 @@ def registry_text(thread: Thread) -> str:
 # Blocking ------------------------------------------------------------------------------------
 
 
-def session_await(flow: Flow, link: SubagentLink, turn_id: uuid.UUID) -> ToolResult:
-    """Wait for the child's session ``turn_id`` (driving it here when no worker holds it)
+def session_await(flow: Flow, link: SubagentLink, child: Thread, turn_id: uuid.UUID) -> ToolResult:
+    """Wait for ``child``'s session ``turn_id`` (driving it here when no worker holds it)
     and answer with its outcome. A stop of this flow cancels that session."""
-    child = Thread.objects.select_related("tenant").get(pk=link.child_id)
     deadline = time.monotonic() + settings.SUBAGENT_WAIT_S
     delay = 0.02
     while True:
@@ -306,8 +305,8 @@ def immediate_run(flow: Flow) -> None:
         )
         if relationship is None:
             continue
-        groups = _immediate_groups(flow.thread, entry, relationship)
         withheld = _group_names(flow.thread, entry)
+        groups = _immediate_groups(flow.thread, entry, relationship, withheld)
         for request, keys in groups:
             request.exclude_env = withheld
             _immediate_spawn(flow, relationship, request)
@@ -319,7 +318,7 @@ def _group_names(thread: Thread, entry: ToolConfig) -> set[str]:
     """Every name of the thread's env that belongs to an immediate group (``KEY`` or
     ``KEY__<n>``): no instance inherits another's values, nor those of groups past the cap."""
     immediate = entry.immediate
-    if isinstance(immediate, bool) or immediate is None:
+    if not isinstance(immediate, ImmediateConfig):
         return set()
     keys = {immediate.name_env, immediate.description_env, *(immediate.scoped_env or [])}
     return {
@@ -329,11 +328,13 @@ def _group_names(thread: Thread, entry: ToolConfig) -> set[str]:
 
 
 def _immediate_groups(
-    thread: Thread, entry: ToolConfig, relationship: Relationship
+    thread: Thread, entry: ToolConfig, relationship: Relationship, present: set[str]
 ) -> list[tuple[SpawnRequest, list[str]]]:
+    """One spawn per indexed group of the object form (``present``: the env names of its
+    groups, :func:`_group_names`), or one for ``immediate: true``."""
     immediate = entry.immediate
     blocking = relationship.blocking
-    if immediate is True or immediate is None or isinstance(immediate, bool):
+    if not isinstance(immediate, ImmediateConfig):
         return [(SpawnRequest(IMMEDIATE_MESSAGE, label=relationship.name, wake=not blocking), [])]
     base = [key for key in (immediate.name_env, immediate.description_env) if key]
     scoped = list(immediate.scoped_env or [])
@@ -343,7 +344,9 @@ def _immediate_groups(
         suffix = "" if index == 1 else f"__{index}"
         found: dict[str, EnvValue] = {}
         for key in [*base, *scoped]:
-            value = thread_env_get(thread=thread, name=key + suffix)
+            value = None
+            if key + suffix in present:  # decrypt only what is there
+                value = thread_env_get(thread=thread, name=key + suffix)
             if value is not None:
                 found[key] = value
         if not found:
