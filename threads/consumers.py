@@ -22,7 +22,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from common.time import now
 from tenancy.authentication import BEARER_SUBPROTOCOL_PREFIX
-from tenancy.credentials import credential_groups
+from tenancy.credentials import credential_groups, credentials_expire_at
 from tenancy.principals import Principal
 from threads.broadcast import unbatched
 from threads.events import EventType, tenant_group, thread_group
@@ -78,7 +78,7 @@ class _EventSocket(AsyncWebsocketConsumer):
             return None
         for group in credential_groups(principal):
             await self._join(group)
-        expires_at = principal.api_key.expires_at if principal.api_key is not None else None
+        expires_at = credentials_expire_at(principal)
         if expires_at is not None:
             self.expiry = asyncio.create_task(self._close_at(expires_at))
         return principal

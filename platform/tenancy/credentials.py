@@ -9,6 +9,7 @@ the consumer itself.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
@@ -46,6 +47,11 @@ def credential_groups(principal: Principal) -> list[str]:
     if principal.user is not None:
         groups.append(_member_group(principal.user.pk, principal.tenant.id))
     return groups
+
+
+def credentials_expire_at(principal: Principal) -> dt.datetime | None:
+    """When the principal's credentials expire by themselves (its key's expiry), if ever."""
+    return principal.api_key.expires_at if principal.api_key is not None else None
 
 
 def _revoke(group: str) -> None:

@@ -30,7 +30,7 @@ from rest_framework.response import Response
 
 from common.errors import ValidationFailed
 from common.time import now
-from tenancy.credentials import REVOKED, credential_groups
+from tenancy.credentials import REVOKED, credential_groups, credentials_expire_at
 from tenancy.viewsets import request_principal
 from threads.api.base import ThreadScopedView
 from threads.broadcast import unbatched
@@ -151,10 +151,7 @@ def sse_response(
     replayed only under WSGI."""
     scope = scope or StreamScope()
     principal = request_principal(request)
-    key = principal.api_key
-    credentials = _Credentials(
-        credential_groups(principal), key.expires_at if key is not None else None
-    )
+    credentials = _Credentials(credential_groups(principal), credentials_expire_at(principal))
     content = (
         _follow(cursor, scope, credentials)
         if isinstance(request._request, ASGIRequest)

@@ -144,17 +144,14 @@ def _status(link: SubagentLink, status: str) -> None:
 def link_close(*, child: Thread, at: int) -> None:
     """``child`` was terminated: its parent's entry says so, with ``subagent.closed``
     (runtime §10: termination propagates to the parent's registry)."""
-    link = SubagentLink.objects.filter(child_id=child.pk, terminated_at__isnull=True).first()
+    live = SubagentLink.objects.filter(child_id=child.pk, terminated_at__isnull=True)
+    link = live.select_related("thread").first()
     if link is None:
         return
     SubagentLink.objects.filter(pk=link.pk).update(
         status="terminated", terminated_at=at, updated_at=at
     )
-    publish(
-        Thread.objects.get(pk=link.thread_id),
-        "subagent.closed",
-        {"subagent_id": str(child.pk), "status": "terminated"},
-    )
+    publish(link.thread, "subagent.closed", {"subagent_id": str(child.pk), "status": "terminated"})
 
 
 # Outcomes --------------------------------------------------------------------------------
