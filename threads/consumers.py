@@ -69,15 +69,17 @@ class _EventSocket(AsyncWebsocketConsumer):
     expiry: asyncio.Task[None] | None = None
 
     async def _open(self) -> Principal | None:
-        """Accept, then close 4401 without a principal; else follow its credentials."""
+        """Accept, then close 4401 without a principal; else follow its credentials, joined
+        before the accept (a revocation right after the connection is not missed)."""
         self.groups_joined = []
-        await self.accept(subprotocol=_subprotocol(self.scope))
         principal: Principal | None = self.scope.get("principal")
+        if principal is not None:
+            for group in credential_groups(principal):
+                await self._join(group)
+        await self.accept(subprotocol=_subprotocol(self.scope))
         if principal is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return None
-        for group in credential_groups(principal):
-            await self._join(group)
         expires_at = credentials_expire_at(principal)
         if expires_at is not None:
             self.expiry = asyncio.create_task(self._close_at(expires_at))
