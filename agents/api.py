@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from pydantic import BaseModel, Field, create_model
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,6 +29,7 @@ from agents.services import (
 )
 from agents.validation import Kind
 from common.errors import NotFound, ValidationFailed
+from common.schema import error_response, error_responses
 from tenancy.viewsets import TenantScopedViewSet, request_principal
 
 
@@ -116,24 +118,57 @@ def _own(method: Callable[..., Any]) -> Callable[..., Any]:
     return action
 
 
+class ProblemOutput(BaseModel):
+    """A problem a write found in the tenant's definitions (``problem_json``)."""
+
+    kind: str
+    name: str
+    path: str
+    message: str
+    severity: Literal["error", "warning"]
+
+
+def _output(kind: Kind, doc: type[Any]) -> type[BaseModel]:
+    """What the API answers for a definition (``definition_json``): its document, its row's
+    id and times, ``has_api_key`` for a model, and a write's ``warnings``."""
+    fields: dict[str, Any] = {
+        "id": (str, ...),
+        "created_at": (str, ...),
+        "updated_at": (str, ...),
+        "warnings": (
+            list[ProblemOutput] | None,
+            Field(None, description="writes only: what is legal but suspicious"),
+        ),
+    }
+    if kind == "models":
+        fields["has_api_key"] = (bool, ...)
+    name = doc.__name__.removesuffix("Doc") + "Output"
+    output: type[BaseModel] = create_model(name, __base__=doc, **fields)
+    return output
+
+
 def _definition_viewset(kind: Kind, model: type[Definition], doc: type[Any]) -> type:
     """A documented viewset class for one kind (the OpenAPI schema shows its document)."""
-    write = extend_schema(request=doc, responses={200: doc, 201: doc})
+    output = _output(kind, doc)
+    # 409: the new name is another definition's.
+    create = extend_schema(request=doc, responses={201: output, **error_responses(409)})
+    write = extend_schema(request=doc, responses={200: output, **error_responses(409)})
+    referenced = error_response(409, "Other definitions still refer to it (`details` names them)")
     base = DefinitionViewSet
     attrs = {
         "__doc__": f"{model.__doc__}\n\nAddressed by name; writes validate the tenant's "
         "definitions as a whole.",
         "kind": kind,
         "queryset": model.objects.all(),
-        "create": write(_own(base.create)),
+        "create": create(_own(base.create)),
         "update": write(_own(base.update)),
         "partial_update": write(_own(base.partial_update)),
-        "retrieve": extend_schema(responses=doc)(_own(base.retrieve)),
+        "retrieve": extend_schema(responses=output)(_own(base.retrieve)),
         "list": extend_schema(
             operation_id=f"{kind}_list", responses=OpenApiTypes.OBJECT,
             description="Paginated: `{count, next, previous, results}`",
         )(_own(base.list)),
-        "destroy": extend_schema(responses={204: None})(_own(base.destroy)),
+        "destroy": extend_schema(responses={204: None, 409: referenced})(_own(base.destroy)),
     }  # fmt: skip
     return type(f"{model.__name__}ViewSet", (DefinitionViewSet,), attrs)
 
@@ -149,7 +184,10 @@ class BundleView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("format", str, enum=["json", "yaml"], default="json")],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "application/yaml"): OpenApiTypes.OBJECT,
+        },
     )
     def get(self, request: Request) -> HttpResponse:
         document = bundle_export(tenant=request_principal(request).tenant)

@@ -26,6 +26,7 @@ from pydantic import (
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 MAX_TEXT = 200_000
+MAX_COLUMN_INT = 2**31 - 1  # PostgreSQL's integer: a larger count is a database error
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
@@ -226,7 +227,7 @@ class AgentDoc(Strict):
     type: Literal["ai_human", "dual_ai"] = "ai_human"
     side_a: SideConfig
     side_b: SideConfig | None = None
-    max_session_turns: Annotated[int, Field(ge=1)] | None = None
+    max_session_turns: Annotated[int, Field(ge=1, le=MAX_COLUMN_INT)] | None = None
     expose_as_tool: bool = False
     tool_description: Annotated[str, StringConstraints(max_length=4000)] = ""
     description: Annotated[str, StringConstraints(max_length=4000)] = ""

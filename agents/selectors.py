@@ -18,6 +18,7 @@ from agents.providers.base import ModelCapabilities, ModelPrices, ModelSpec
 from agents.services import model_key_context, row_document
 from common.errors import NotFound
 from common.ids import new_id
+from common.outages import OUTAGE_ERRORS
 from tenancy.encryption import secret_decrypt
 from tenancy.models import Tenant
 
@@ -36,12 +37,17 @@ def _version_key(tenant: Tenant) -> str:
 
 
 def definitions_version(*, tenant: Tenant) -> str:
-    """The current version of ``tenant``'s definitions (a token in the shared cache)."""
+    """The current version of ``tenant``'s definitions (a token in the shared cache). While
+    the cache is unreachable, a fresh token each call: definitions are read from the
+    database, uncached, until it is back."""
     key = _version_key(tenant)
-    version = cache.get(key)
-    if version is None:
-        cache.add(key, new_id().hex, timeout=None)
+    try:
         version = cache.get(key)
+        if version is None:
+            cache.add(key, new_id().hex, timeout=None)
+            version = cache.get(key)
+    except OUTAGE_ERRORS:
+        return new_id().hex
     return str(version)
 
 
@@ -54,7 +60,7 @@ def definitions_changed(*, tenant: Tenant) -> None:
         cache.set(key, new_id().hex, timeout=None)
 
     bump()
-    transaction.on_commit(bump)
+    transaction.on_commit(bump, robust=True)
 
 
 def definitions_cached(

@@ -16,7 +16,8 @@ Stages and the status each failure settles with:
 4. evaluate and resolve the configured export per spec 13.5 (``error``, ``link_error``
    for a missing export, ``success``), draining jobs and serving host calls.
 
-Out-of-memory anywhere is ``memory``; a cancel is ``terminated``.
+Out-of-memory anywhere is ``memory``; a cancel, or guest code that runs past the
+execution's CPU budget (the interrupt handler checks it), is ``terminated``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import quickjs
 
 from sandbox import capi
 from sandbox.capi import JSValue, lib
+from sandbox.confine import CpuBudget
 from sandbox.options import normalize_relative
 from sandbox.protocol import REPORT_TARGET, ErrorInfo, ExecutePayload
 from sandbox.typescript import (
@@ -40,6 +42,7 @@ from sandbox.typescript import (
     UnsupportedTypeScript,
     declared_names,
     erase,
+    nesting_at,
 )
 
 PRELUDE: Final = resources.files("sandbox").joinpath("prelude.js").read_text()
@@ -52,6 +55,10 @@ _URL_LIKE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FRAME: Final = re.compile(r"^\s*at (?:[^(]*\()?(?P<file>.+?):(?P<line>\d+):(?P<column>\d+)\)?\s*$")
 MEMORY_SUSPICION_RATIO: Final = 0.25
 _MEMORY: Final = re.compile(r"out of memory|too large to allocate|allocation failed", re.I)
+_STACK: Final = re.compile(r"stack size exceeded|stack overflow", re.I)
+# Syntax-tree levels around a compile error from which nesting is named as its cause
+# (QuickJS gives up somewhere between 1,000 and 4,000, depending on the construct).
+DEEP_NESTING: Final = 1000
 
 
 class Link(Protocol):
@@ -72,10 +79,19 @@ class _Settled(Exception):
         self.body = body
 
 
-def execute(payload: ExecutePayload, link: Link, cancelled: threading.Event) -> dict[str, Any]:
-    """Run one call; returns ``{status, result?, error?, logs, durationMs}``."""
+def execute(
+    payload: ExecutePayload,
+    link: Link,
+    cancelled: threading.Event,
+    cpu: CpuBudget | None = None,
+) -> dict[str, Any]:
+    """Run one call; returns ``{status, result?, error?, logs, durationMs}``.
+
+    ``cpu``, when given, is checked by the interrupt handler: guest code past its
+    deadline is stopped and the call settles ``terminated``.
+    """
     started = time.perf_counter()
-    run = _Run(payload, link, cancelled)
+    run = _Run(payload, link, cancelled, cpu)
     try:
         body = run.go()
     except _Settled as settled:
@@ -89,10 +105,19 @@ def execute(payload: ExecutePayload, link: Link, cancelled: threading.Event) -> 
 
 
 class _Run:
-    def __init__(self, payload: ExecutePayload, link: Link, cancelled: threading.Event) -> None:
+    def __init__(
+        self,
+        payload: ExecutePayload,
+        link: Link,
+        cancelled: threading.Event,
+        cpu: CpuBudget | None = None,
+    ) -> None:
         self.payload = payload
         self.link = link
         self.cancelled = cancelled
+        self.cpu = cpu
+        self.cpu_exceeded = False
+        self.interruptible = True
         self.filename = payload["filename"]
         self.sources: dict[str, str] = {}
         self.context: quickjs.Context | None = None
@@ -127,6 +152,9 @@ class _Run:
                 raise _Settled(
                     _failure("link_error", kind, str(error), name, error.line, error.column)
                 ) from None
+            except UnicodeEncodeError as error:  # options refuse it; a raw runner may not
+                message = f"the source is not valid Unicode: {error}"
+                raise _Settled(_failure("link_error", "SyntaxError", message, name)) from None
             # Globals are module-scope bindings: an import appended after the caller's last
             # line (imports hoist), so no line or column of the caller's source moves. A
             # name the module declares itself shadows the global instead of clashing.
@@ -140,7 +168,7 @@ class _Run:
         context = quickjs.Context()
         self.context = context
         runtime, self.js_context = capi.context_pointers(context)
-        interrupt = capi.INTERRUPT_T(lambda _rt, _opaque: 1 if self.cancelled.is_set() else 0)
+        interrupt = capi.INTERRUPT_T(self._interrupt)
         normalize = capi.NORMALIZE_T(self._normalize)
         load = capi.LOAD_T(self._load)
         self._callbacks = (interrupt, normalize, load)  # alive as long as the context
@@ -231,7 +259,7 @@ class _Run:
             {key: payload[key] for key in (  # type: ignore[literal-required]
                 "fn", "args", "has_args", "imports", "globals", "report",
                 "max_log_entries", "max_log_bytes", "max_result_bytes",
-                "max_host_call_bytes", "max_pending_host_calls",
+                "max_host_call_bytes", "max_pending_host_calls", "max_value_depth",
             )}
         )  # fmt: skip
 
@@ -250,13 +278,26 @@ class _Run:
 
     # -- module loading ---------------------------------------------------------------
 
+    def _interrupt(self, _runtime: int, _opaque: int) -> int:
+        """QuickJS asks every few thousand operations; non-zero stops guest code."""
+        if not self.interruptible:
+            return 0
+        if self.cancelled.is_set():
+            return 1
+        if self.cpu is not None and self.cpu.exceeded():
+            self.cpu_exceeded = True
+            return 1
+        return 0
+
     def _normalize(self, js_context: int, base: bytes, name: bytes, _opaque: int) -> int | None:
+        # QuickJS hands over a lone surrogate in a specifier as its WTF-8 bytes:
+        # "surrogatepass" keeps it a character instead of failing the resolution.
         try:
-            resolved = self._resolve(base.decode(), name.decode())
+            resolved = self._resolve(_text(base), _text(name))
         except Exception as error:  # must not unwind through C
             capi.throw_reference_error(js_context, f"cannot resolve module: {error}")
             return None
-        address: int | None = lib.js_strdup(js_context, resolved.encode())
+        address: int | None = lib.js_strdup(js_context, resolved.encode("utf-8", "surrogatepass"))
         return address
 
     def _resolve(self, base: str, specifier: str) -> str:
@@ -272,7 +313,7 @@ class _Run:
         return "import:" + specifier
 
     def _load(self, js_context: int, name_bytes: bytes, _opaque: int) -> int | None:
-        name = name_bytes.decode()
+        name = _text(name_bytes)
         try:
             source, url = self._module_source(name)
         except LookupError as refusal:
@@ -357,9 +398,32 @@ class _Run:
                 info["filename"], info["line"], info["column"] = location
         if error.get("specifier"):
             info["specifier"] = str(error["specifier"])
+        if status == "link_error":
+            self._name_the_nesting(info)
         if _MEMORY.search(info["message"]) or self._memory_exhausted(info):
             return self._memory(f"{info['name']}: {info['message']}")
         return {"status": status, "error": info}
+
+    def _name_the_nesting(self, info: ErrorInfo) -> None:
+        """Say so when a compile failure comes from nesting. QuickJS's parser recurses;
+        past its stack limit it reports a stack overflow, or "invalid property name" in a
+        deep object literal, so a syntax error as deep as ``DEEP_NESTING`` counts too."""
+        overflow = _STACK.search(info["message"]) is not None
+        if not overflow and info["name"] != "SyntaxError":
+            return
+        source = self.sources.get(info.get("filename", ""))
+        depth = 0
+        if source is not None and "line" in info and "column" in info:
+            depth = nesting_at(source, info["line"], info["column"])
+        if not overflow and depth < DEEP_NESTING:
+            return
+        where = (
+            f" ({depth} levels deep at {info['line']}:{info['column']})"
+            if depth
+            else " (brackets, blocks or functions inside one another past the parser's limit)"
+        )
+        info["name"] = "SyntaxError"
+        info["message"] = f"the code is nested too deeply to compile{where}: {info['message']}"
 
     def _memory_exhausted(self, info: ErrorInfo) -> bool:
         # When even the error object cannot be allocated QuickJS throws `null`; it is an
@@ -391,6 +455,15 @@ class _Run:
         return set(self.sources)
 
     def _check_cancelled(self) -> None:
+        if self.cpu_exceeded and self.cpu is not None:
+            raise _Settled(
+                _failure(
+                    "terminated",
+                    "TerminatedError",
+                    f"the call used more than its CPU time limit of {self.cpu.seconds:g} s "
+                    "(a safety cap of the sandbox)",
+                )
+            )
         if self.cancelled.is_set():
             raise _Settled(
                 _failure("terminated", "TerminatedError", "terminated by the dispatcher")
@@ -421,13 +494,11 @@ class _Run:
         if self.bridge is None:
             return []
         try:
-            saved = self.cancelled.is_set()
-            self.cancelled.clear()  # the capture itself must be allowed to run
+            self.interruptible = False  # the capture itself must be allowed to run
             try:
                 text = self.bridge("logs")
             finally:
-                if saved:
-                    self.cancelled.set()
+                self.interruptible = True
             return json.loads(text) if isinstance(text, str) else []
         except Exception:  # logs are best effort after an overrun or a cancel
             return []
@@ -439,6 +510,10 @@ class _Run:
         self.bridge = None
         self.context = None  # frees the runtime; the callbacks must outlive it
         self._callbacks = ()
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
 
 
 def _synthetic_source(specifier: str, names: Iterable[str]) -> str:
@@ -520,6 +595,7 @@ def warm_up() -> None:
         "max_result_bytes": 1024,
         "max_host_call_bytes": 1024,
         "max_pending_host_calls": 1,
+        "max_value_depth": 1,
     }
     body = execute(payload, _NoHost(), threading.Event())
     if body["status"] != "success" or body.get("result") != 1:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox import marshal
+from sandbox.confine import DEFAULT_ADDRESS_SPACE_LIMIT_MB, DEFAULT_CPU_LIMIT_SECONDS
 from sandbox.options import InvalidCodeExecutionOptions, PreparedCall, prepare
 from sandbox.pool import PoolClosed, Runner, RunnerPool, call_soon
 from sandbox.protocol import REPORT_TARGET, Status
@@ -202,17 +203,29 @@ class CodeExecution:
             self._detach(runner, reusable=True)
             try:
                 self._settle_done(message)
-            except (KeyError, TypeError, ValueError) as problem:
-                self._settle("error", error=ExecutionError("SandboxError", f"bad done: {problem}"))
+            except Exception as problem:  # whatever it was, the call must settle
+                failure = ExecutionError("SandboxError", f"bad done: {problem!r}")
+                self._settle("error", error=failure)
 
     def on_runner_lost(self, runner: Runner, returncode: int | None) -> None:
         self._detach(runner, reusable=False)
-        self._settle(
-            "error",
-            error=ExecutionError(
-                "RunnerLost", f"the sandbox runner process exited (exit code {returncode})"
-            ),
-        )
+        if runner.killed_for_cpu(returncode):
+            # The spec's safety-cap channel: `terminated` with a diagnosable message.
+            self._settle(
+                "terminated",
+                error=ExecutionError(
+                    "TerminatedError",
+                    f"the call used more than its CPU time limit of "
+                    f"{self._pool.cpu_limit_seconds:g} s in code that cannot be interrupted; "
+                    "the kernel stopped its runner (a safety cap of the sandbox)",
+                ),
+            )
+            return
+        if runner.fault is not None:
+            message = f"the sandbox runner was killed: {runner.fault}"
+        else:
+            message = f"the sandbox runner process exited (exit code {returncode})"
+        self._settle("error", error=ExecutionError("RunnerLost", message))
 
     def _serve_call(self, runner: Runner, message: dict[str, Any]) -> None:
         reply: dict[str, Any] = {"type": "tool_result", "id": self.id, "callId": message["callId"]}
@@ -333,7 +346,7 @@ async def _awaited(value: Any) -> Any:
 def _decode_log_arg(node: Any) -> Any:
     try:
         return marshal.decode(node, "log argument")
-    except marshal.SerializationError:
+    except (marshal.SerializationError, KeyError, TypeError, ValueError):
         return repr(node)
 
 
@@ -382,28 +395,46 @@ _default_lock = threading.Lock()
 DEFAULT_POOL_SIZE = 2
 
 
-def configure_default_pool(size: int, *, cancel_grace_seconds: float = 0.02) -> RunnerPool:
-    """Replace the process-wide pool ``run_code`` uses when given none (closing the old)."""
+def configure_default_pool(
+    size: int,
+    *,
+    cancel_grace_seconds: float = 0.02,
+    cpu_limit_seconds: float = DEFAULT_CPU_LIMIT_SECONDS,
+    address_space_limit_mb: int | None = DEFAULT_ADDRESS_SPACE_LIMIT_MB,
+) -> RunnerPool:
+    """Replace the process-wide pool ``run_code`` uses when given none (closing the old);
+    the keyword arguments are ``RunnerPool``'s."""
     global _default_pool
+    pool = RunnerPool(
+        size,
+        cancel_grace_seconds=cancel_grace_seconds,
+        cpu_limit_seconds=cpu_limit_seconds,
+        address_space_limit_mb=address_space_limit_mb,
+    )
     with _default_lock:
-        old, _default_pool = (
-            _default_pool,
-            RunnerPool(size, cancel_grace_seconds=cancel_grace_seconds),
-        )
-        pool = _default_pool
+        old, _default_pool = _default_pool, pool
     if old is not None:
         old.close()
     return pool
 
 
-def default_pool(size: int | None = None) -> RunnerPool:
+def default_pool(
+    size: int | None = None,
+    *,
+    cpu_limit_seconds: float = DEFAULT_CPU_LIMIT_SECONDS,
+    address_space_limit_mb: int | None = DEFAULT_ADDRESS_SPACE_LIMIT_MB,
+) -> RunnerPool:
     """The process-wide pool, started on first use with ``size`` runners (default
-    ``DEFAULT_POOL_SIZE``); once started, ``size`` is ignored (``configure_default_pool``
-    replaces it)."""
+    ``DEFAULT_POOL_SIZE``) and the given limits (``RunnerPool``'s); once started, the
+    arguments are ignored (``configure_default_pool`` replaces it)."""
     global _default_pool
     with _default_lock:
         if _default_pool is None:
-            _default_pool = RunnerPool(DEFAULT_POOL_SIZE if size is None else size)
+            _default_pool = RunnerPool(
+                DEFAULT_POOL_SIZE if size is None else size,
+                cpu_limit_seconds=cpu_limit_seconds,
+                address_space_limit_mb=address_space_limit_mb,
+            )
         return _default_pool
 
 

@@ -22,7 +22,12 @@ bigint; Python ints outside the safe-integer range become bigints); ``float``; `
 ``set``/``frozenset``; aware ``datetime`` (Date, UTC); ``bytes``/``bytearray``
 (``Uint8Array``); ``TypedArray`` (every other typed array and ``ArrayBuffer``);
 callables (host functions, host -> guest only). Anything else is a
-``SerializationError`` naming where it was found.
+``SerializationError`` naming where it was found, and so is what one side has but the
+other cannot hold: containers nested deeper than ``MAX_VALUE_DEPTH``, integers beyond
+Python's 4300-digit conversion limit, Dates outside the years 1-9999, and Map keys or Set
+items that are distinct in JavaScript but equal (or unhashable) in Python. Strings with
+lone surrogates cross as they are (Python can hold them; storing them is the caller's
+concern).
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ from typing import Any, Final
 Node = Any  # a JSON value in the tagged form above
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
+# Containers inside containers, both ways. Each side walks values recursively (the guest
+# in QuickJS under its 1 MiB stack, the host and the runner in Python and its json module
+# under the default recursion limit of 1000, with a Map costing three JSON levels): 200
+# leaves room in all of them, so the limit, not a stack, is what a deep value meets.
+MAX_VALUE_DEPTH: Final = 200
 TYPED_ARRAY_KINDS: Final = frozenset(
     {
         "ArrayBuffer", "Int8Array", "Uint8Array", "Uint8ClampedArray", "Int16Array",
@@ -108,19 +118,39 @@ def encode(value: object, path: str, functions: HostFunctions | None = None) -> 
     """The tagged-JSON node for ``value``; callables are allowed only with ``functions``.
 
     Raises ``SerializationError`` naming the path of the first value that cannot cross
-    (including cycles).
+    (including cycles and nesting deeper than ``MAX_VALUE_DEPTH``).
     """
-    return _encode(value, path, functions, set())
+    try:
+        return _encode(value, path, functions, set(), 0)
+    except RecursionError:  # a caller already deep in its own stack
+        raise SerializationError(path, _TOO_DEEP_FOR_THE_HOST) from None
 
 
-def _encode(value: object, path: str, functions: HostFunctions | None, seen: set[int]) -> Node:
+_TOO_DEEP_FOR_THE_HOST: Final = "nested too deeply for the host's recursion limit"
+
+
+def _too_deep(path: str) -> SerializationError:
+    shown = path if len(path) <= 100 else f"{path[:60]}...{path[-30:]}"
+    return SerializationError(
+        shown, f"nested deeper than {MAX_VALUE_DEPTH} levels (MAX_VALUE_DEPTH), which cannot cross"
+    )
+
+
+def _encode(
+    value: object, path: str, functions: HostFunctions | None, seen: set[int], depth: int
+) -> Node:
     if value is None or isinstance(value, bool | str):
         return value
     if value is UNDEFINED:
         return {"$": "undefined"}
     if isinstance(value, int):
         if abs(value) > MAX_SAFE_INTEGER:
-            return {"$": "bigint", "v": str(value)}
+            try:
+                return {"$": "bigint", "v": str(value)}
+            except ValueError:  # past sys.get_int_max_str_digits()
+                raise SerializationError(
+                    path, "an int too long to convert to decimal (Python's 4300-digit limit)"
+                ) from None
         return value
     if isinstance(value, float):
         if math.isnan(value):
@@ -145,40 +175,39 @@ def _encode(value: object, path: str, functions: HostFunctions | None, seen: set
         return {"$": "function", "id": functions.register(value, path)}
     if id(value) in seen:
         raise SerializationError(path, "cyclic structure")
+    if depth >= MAX_VALUE_DEPTH:
+        raise _too_deep(path)
     seen.add(id(value))
     try:
-        return _encode_container(value, path, functions, seen)
+        return _encode_container(value, path, functions, seen, depth + 1)
     finally:
         seen.discard(id(value))
 
 
 def _encode_container(
-    value: object, path: str, functions: HostFunctions | None, seen: set[int]
+    value: object, path: str, functions: HostFunctions | None, seen: set[int], depth: int
 ) -> Node:
+    # Loops rather than comprehensions: each comprehension is one more frame per level.
     if isinstance(value, JSMap):
-        return {
-            "$": "map",
-            "v": [
-                [_encode(k, f"{path}<key {i}>", functions, seen),
-                 _encode(v, f"{path}<value {i}>", functions, seen)]
-                for i, (k, v) in enumerate(value.items())
-            ],
-        }  # fmt: skip
+        pairs: list[Node] = []
+        for i, (key, item) in enumerate(value.items()):
+            encoded_key = _encode(key, f"{path}<key {i}>", functions, seen, depth)
+            pairs.append([encoded_key, _encode(item, f"{path}<value {i}>", functions, seen, depth)])
+        return {"$": "map", "v": pairs}
     if isinstance(value, dict):
-        encoded: dict[str, Node] = {}
+        members: dict[str, Node] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise SerializationError(f"{path}", f"object key {key!r} is not a string")
-            encoded[key] = _encode(item, _member(path, key), functions, seen)
-        return {"$": "object", "v": encoded}
-    if isinstance(value, list | tuple):
-        return [_encode(item, f"{path}[{i}]", functions, seen) for i, item in enumerate(value)]
-    if isinstance(value, set | frozenset):
-        return {
-            "$": "set",
-            "v": [_encode(item, f"{path}<item {i}>", functions, seen)
-                  for i, item in enumerate(value)],
-        }  # fmt: skip
+            members[key] = _encode(item, _member(path, key), functions, seen, depth)
+        return {"$": "object", "v": members}
+    if isinstance(value, list | tuple | set | frozenset):
+        is_set = isinstance(value, set | frozenset)
+        items: list[Node] = []
+        for i, item in enumerate(value):
+            where = f"{path}<item {i}>" if is_set else f"{path}[{i}]"
+            items.append(_encode(item, where, functions, seen, depth))
+        return {"$": "set", "v": items} if is_set else items
     raise SerializationError(path, f"a {type(value).__name__} is not transferable")
 
 
@@ -189,18 +218,52 @@ def _member(path: str, key: str) -> str:
 def decode(node: Node, path: str = "value") -> Any:
     """The Python value of a tagged-JSON node produced by the guest.
 
-    Raises ``SerializationError`` for malformed nodes and for map keys or set items
-    that Python cannot hash (a ``Map`` keyed by objects, for example).
+    Raises ``SerializationError`` for malformed nodes, nesting deeper than
+    ``MAX_VALUE_DEPTH``, and values Python cannot hold (see the module docstring).
     """
+    try:
+        return _decode(node, path, 0)
+    except RecursionError:
+        raise SerializationError(path, _TOO_DEEP_FOR_THE_HOST) from None
+
+
+def _decode(node: Node, path: str, depth: int) -> Any:
     if node is None or isinstance(node, bool | int | float | str):
         return node
+    if depth >= MAX_VALUE_DEPTH:
+        raise _too_deep(path)
+    depth += 1
     if isinstance(node, list):
-        return [decode(item, f"{path}[{i}]") for i, item in enumerate(node)]
+        items = []
+        for i, item in enumerate(node):
+            items.append(_decode(item, f"{path}[{i}]", depth))
+        return items
     if not isinstance(node, dict):
         raise SerializationError(path, "malformed value")
     tag = node.get("$")
     if tag == "object":
-        return {key: decode(item, _member(path, key)) for key, item in node["v"].items()}
+        members = {}
+        for key, item in node["v"].items():
+            members[key] = _decode(item, _member(path, key), depth)
+        return members
+    if tag == "map":
+        result = JSMap()
+        for i, (key, item) in enumerate(node["v"]):
+            decoded_key = _decode(key, f"{path}<key {i}>", depth)
+            _require_new(decoded_key, result, f"{path}<key {i}>", "keys of this Map")
+            result[decoded_key] = _decode(item, f"{path}<value {i}>", depth)
+        return result
+    if tag == "set":
+        members_of_set: set[Any] = set()
+        for i, item in enumerate(node["v"]):
+            decoded = _decode(item, f"{path}<item {i}>", depth)
+            _require_new(decoded, members_of_set, f"{path}<item {i}>", "items of this Set")
+            members_of_set.add(decoded)
+        return members_of_set
+    return _decode_scalar(node, tag, path)
+
+
+def _decode_scalar(node: dict[str, Any], tag: object, path: str) -> Any:
     if tag == "undefined":
         return UNDEFINED
     if tag == "number":
@@ -229,19 +292,17 @@ def decode(node: Node, path: str = "value") -> Any:
     if tag == "bytes":
         data = base64.b64decode(node["v"])
         return data if node["k"] == "Uint8Array" else TypedArray(node["k"], data)
-    if tag == "map":
-        result = JSMap()
-        for i, (key, item) in enumerate(node["v"]):
-            decoded_key = decode(key, f"{path}<key {i}>")
-            _require_hashable(decoded_key, f"{path}<key {i}>")
-            result[decoded_key] = decode(item, f"{path}<value {i}>")
-        return result
-    if tag == "set":
-        items = [decode(item, f"{path}<item {i}>") for i, item in enumerate(node["v"])]
-        for i, item in enumerate(items):
-            _require_hashable(item, f"{path}<item {i}>")
-        return set(items)
     raise SerializationError(path, f"unknown tag {tag!r}")
+
+
+def _require_new(value: object, seen: set[Any] | dict[Any, Any], path: str, what: str) -> None:
+    """Refuse what Python cannot hash, or would merge with an earlier member: 1 and 1n,
+    two Date objects of the same instant, two typed arrays with the same bytes."""
+    _require_hashable(value, path)
+    if value in seen:
+        raise SerializationError(
+            path, f"two {what} are distinct in JavaScript but equal in Python ({value!r})"
+        )
 
 
 def _require_hashable(value: object, path: str) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from sandbox.marshal import HostFunctions, SerializationError, encode
+from sandbox.marshal import MAX_VALUE_DEPTH, HostFunctions, SerializationError, encode
 from sandbox.protocol import ExecutePayload
 
 MiB: Final = 1024 * 1024
@@ -75,10 +75,12 @@ def prepare(source: str, options: Mapping[str, Any] | None) -> PreparedCall:
 
     Raises ``InvalidCodeExecutionOptions`` (the caller's ``link_error``) for unknown keys,
     bad values, relative or URL specifiers in ``imports``, non-relative keys in
-    ``modules``, non-identifier ``globals`` names and values that cannot cross.
+    ``modules``, non-identifier ``globals`` names, values that cannot cross, and source
+    text, filenames or specifiers that are not valid Unicode (a lone surrogate).
     """
     if not isinstance(source, str):
         raise InvalidCodeExecutionOptions("source must be a string")
+    _require_unicode(source, "source")
     given: dict[str, Any] = {}
     for key, value in (options or {}).items():
         if key not in _KNOWN:
@@ -118,8 +120,23 @@ def prepare(source: str, options: Mapping[str, Any] | None) -> PreparedCall:
         "max_result_bytes": MAX_RESULT_BYTES,
         "max_host_call_bytes": MAX_HOST_CALL_BYTES,
         "max_pending_host_calls": MAX_PENDING_HOST_CALLS,
+        "max_value_depth": MAX_VALUE_DEPTH,
     }
     return PreparedCall(payload=payload, functions=functions, report=report)
+
+
+def _require_unicode(text: str, what: str, *, specifier: str | None = None) -> None:
+    """Refuse text UTF-8 cannot carry: QuickJS and the parser read source as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        line = text.count("\n", 0, error.start) + 1
+        column = error.start - (text.rfind("\n", 0, error.start) + 1) + 1
+        raise InvalidCodeExecutionOptions(
+            f"{what} is not valid Unicode: a lone surrogate U+{ord(text[error.start]):04X} "
+            f"at {line}:{column}",
+            specifier=specifier,
+        ) from None
 
 
 def effective_memory_limit(requested: int | None) -> int:
@@ -142,6 +159,7 @@ def _language(value: object) -> Literal["typescript", "javascript"]:
 def _filename(value: object) -> str:
     if not isinstance(value, str) or not value or "\x00" in value:
         raise InvalidCodeExecutionOptions("filename must be a non-empty string")
+    _require_unicode(value, "filename")
     # The entry module is registered under its filename; these prefixes name other kinds
     # of module inside the runner, and "<input>" is the runner's own script names.
     if value.startswith(("./", "../", "import:", "sandbox:")) or value in ("<input>", "<prelude>"):
@@ -178,6 +196,7 @@ def _imports(value: object, functions: HostFunctions) -> dict[str, Any]:
     for specifier, namespace in value.items():
         if not isinstance(specifier, str) or not specifier or "\x00" in specifier:
             raise InvalidCodeExecutionOptions("imports keys must be non-empty strings")
+        _require_unicode(specifier, "an imports specifier")
         if specifier.startswith((".", "/")) or _URL_LIKE.match(specifier):
             raise InvalidCodeExecutionOptions(
                 f"imports may hold bare specifiers only, not {specifier!r}", specifier=specifier
@@ -187,6 +206,8 @@ def _imports(value: object, functions: HostFunctions) -> dict[str, Any]:
                 f"imports[{specifier!r}] must be a mapping of export name -> value",
                 specifier=specifier,
             )
+        for name in namespace:
+            _require_unicode(name, f"an export name of imports[{specifier!r}]", specifier=specifier)
         try:
             result[specifier] = encode(dict(namespace), f"imports[{specifier!r}]", functions)
         except SerializationError as error:
@@ -226,6 +247,8 @@ def _modules(value: object) -> dict[str, str]:
             )
         if not isinstance(text, str):
             raise InvalidCodeExecutionOptions(f"modules[{specifier!r}] must be source text")
+        _require_unicode(specifier, "a modules specifier", specifier=specifier)
+        _require_unicode(text, f"modules[{specifier!r}]", specifier=specifier)
         result[normalize_relative("", specifier)] = text
     return result
 

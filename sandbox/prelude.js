@@ -54,8 +54,10 @@
 
   const member = (path, key) => /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
 
-  // Guest value -> tagged JSON node (see sandbox/marshal.py for the format).
-  function encode(value, path, seen) {
+  // Guest value -> tagged JSON node (see sandbox/marshal.py for the format). Plain loops,
+  // not mapArray: one stack frame per level of nesting, so MAX_VALUE_DEPTH is met before
+  // the stack limit is.
+  function encode(value, path, seen, depth = 0) {
     switch (typeof value) {
       case 'undefined': return { $: 'undefined' };
       case 'boolean': return value;
@@ -72,21 +74,28 @@
     }
     if (value === null) return null;
     if (seen.has(value)) throw new SerializationError(`${path}: cyclic structure is not transferable`);
+    if (depth >= input.max_value_depth) {
+      const shown = path.length <= 100 ? path : `${path.slice(0, 60)}...${path.slice(-30)}`;
+      throw new SerializationError(`${shown}: nested deeper than ${input.max_value_depth} levels (MAX_VALUE_DEPTH), which cannot cross`);
+    }
+    depth++;
     seen.add(value);
     try {
       if (isArray(value)) {
         if (getPrototypeOf(value) !== Array.prototype) throw new SerializationError(`${path}: an Array subclass is not transferable`);
-        return mapArray(value, (item, i) => encode(item, `${path}[${i}]`, seen));
+        const out = new Array(value.length);
+        for (let i = 0; i < value.length; i++) out[i] = encode(value[i], `${path}[${i}]`, seen, depth);
+        return out;
       }
       if (value instanceof Date) return { $: 'date', v: value.getTime() };
       if (value instanceof Map) {
         let i = 0; const out = [];
-        for (const [k, v] of value) { out[i] = [encode(k, `${path}<key ${i}>`, seen), encode(v, `${path}<value ${i}>`, seen)]; i++; }
+        for (const [k, v] of value) { out[i] = [encode(k, `${path}<key ${i}>`, seen, depth), encode(v, `${path}<value ${i}>`, seen, depth)]; i++; }
         return { $: 'map', v: out };
       }
       if (value instanceof Set) {
         let i = 0; const out = [];
-        for (const v of value) { out[i] = encode(v, `${path}<item ${i}>`, seen); i++; }
+        for (const v of value) { out[i] = encode(v, `${path}<item ${i}>`, seen, depth); i++; }
         return { $: 'set', v: out };
       }
       if (value instanceof ArrayBuffer) return { $: 'bytes', k: 'ArrayBuffer', v: toBase64(new Uint8Array(value)) };
@@ -100,26 +109,30 @@
         throw new SerializationError(`${path}: a ${name || 'class'} instance is not transferable`);
       }
       const out = {};  // setOwn: a '__proto__' key stays an ordinary own property
-      for (const key of keys(value)) setOwn(out, key, encode(value[key], member(path, key), seen));
+      for (const key of keys(value)) setOwn(out, key, encode(value[key], member(path, key), seen, depth));
       return { $: 'object', v: out };
     } finally {
       seen.delete(value);
     }
   }
-  const encodeJSON = (value, path) => stringify(encode(value, path, new Set()));
+  const encodeJSON = (value, path, depth = 0) => stringify(encode(value, path, new Set(), depth));
 
   // Tagged JSON node -> fresh guest value (a structured clone: nothing is shared).
   function decode(node) {
     if (node === null || typeof node !== 'object') return node;
-    if (isArray(node)) return mapArray(node, decode);
+    if (isArray(node)) {
+      const out = new Array(node.length);
+      for (let i = 0; i < node.length; i++) out[i] = decode(node[i]);
+      return out;
+    }
     switch (node.$) {
       case 'object': { const out = {}; for (const key of keys(node.v)) setOwn(out, key, decode(node.v[key])); return out; }
       case 'undefined': return undefined;
       case 'number': return { NaN: NaN, Infinity: Infinity, '-Infinity': -Infinity, '-0': -0 }[node.v];
       case 'bigint': return BigInt(node.v);
       case 'date': return new Date(node.v);
-      case 'map': return new Map(mapArray(node.v, ([k, v]) => [decode(k), decode(v)]));
-      case 'set': return new Set(mapArray(node.v, decode));
+      case 'map': { const out = new Map(), pairs = node.v; for (let i = 0; i < pairs.length; i++) out.set(decode(pairs[i][0]), decode(pairs[i][1])); return out; }
+      case 'set': { const out = new Set(), items = node.v; for (let i = 0; i < items.length; i++) out.add(decode(items[i])); return out; }
       case 'bytes': {
         const bytes = fromBase64(node.v);
         if (node.k === 'ArrayBuffer') return bytes.buffer;
@@ -147,7 +160,8 @@
   let nextCall = 0;
   function callHost(target, args, label) {
     let payload;
-    try { payload = encodeJSON(args, `${label}(arguments)`); } catch (e) { return Promise.reject(e); }
+    // The argument list is an envelope, not a level: each argument may nest MAX_VALUE_DEPTH deep.
+    try { payload = encodeJSON(args, `${label}(arguments)`, -1); } catch (e) { return Promise.reject(e); }
     if (payload.length > input.max_host_call_bytes) {
       return Promise.reject(new RangeError(`${label}(arguments): ${payload.length} bytes, over MAX_HOST_CALL_BYTES=${input.max_host_call_bytes}`));
     }

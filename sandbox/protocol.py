@@ -2,7 +2,8 @@
 
 Dispatcher -> runner: ``execute`` (start one execution), ``tool_result`` (the answer to one
 ``tool_call``), ``cancel`` (stop the active execution). Runner -> dispatcher: ``ready`` (the
-process is warm; sent once after start-up), ``started``, ``tool_call`` and ``done``.
+process is warm and confined, with what confinement applied; sent once after start-up),
+``started``, ``tool_call`` and ``done``.
 ``id`` correlates every message of one execution; ``callId`` one host call inside it. Only
 JSON crosses: guest values travel in the tagged form of ``sandbox.marshal``, host callables
 stay on the host side and are named by id.
@@ -53,6 +54,7 @@ class ExecutePayload(TypedDict):
     max_result_bytes: int
     max_host_call_bytes: int
     max_pending_host_calls: int
+    max_value_depth: int
 
 
 class Execute(TypedDict):
@@ -76,9 +78,18 @@ class ToolResult(TypedDict):
     error: NotRequired[ErrorInfo]  # when not ok
 
 
+class ConfinementReport(TypedDict):
+    """What a runner applied to itself (``sandbox.confine``): name -> value, and what the
+    platform refused: name -> reason."""
+
+    applied: dict[str, Any]
+    refused: dict[str, str]
+
+
 class Ready(TypedDict):
     type: Literal["ready"]
     pid: int
+    confinement: ConfinementReport
 
 
 class Started(TypedDict):
@@ -113,8 +124,12 @@ def dumps(message: Any) -> bytes:
 
 
 def loads(line: bytes) -> dict[str, Any]:
-    """Parse one protocol line; raises ``ValueError`` for anything but a JSON object."""
-    message = json.loads(line)
+    """Parse one protocol line; raises ``ValueError`` for anything but a JSON object,
+    including one nested too deeply for the json module."""
+    try:
+        message = json.loads(line)
+    except RecursionError:
+        raise ValueError("a protocol message is nested too deeply to parse") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ValueError("a protocol message is a JSON object with a string 'type'")
     return message

@@ -3,27 +3,45 @@
 It reads protocol lines on stdin and writes them on stdout (nothing else may write
 there: ``sys.stdout`` is pointed at stderr). A reader thread parses every incoming line
 so that a ``cancel`` reaches the QuickJS interrupt handler while guest code is running on
-the main thread. The process exits when stdin closes.
+the main thread. The process exits as soon as stdin closes, even mid-execution: nobody is
+left to read what it would write.
+
+Before anything else the runner confines itself (``sandbox.confine``: no network, death
+with its parent, no new privileges, address-space, core, file-size and per-execution CPU
+limits) and reports what was applied in its ``ready`` message. The host passes the
+settings in argv, since the runner starts with an empty environment and no Django::
+
+    python -m sandbox.runner --parent PID --cpu-seconds 60 --address-space-mb 1024
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import queue
 import sys
 import threading
+import traceback
+from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from sandbox import protocol
-from sandbox.engine import execute, warm_up
+from sandbox.confine import (
+    DEFAULT_ADDRESS_SPACE_LIMIT_MB,
+    DEFAULT_CPU_LIMIT_SECONDS,
+    Confinement,
+    confine,
+)
+
+MiB = 1024 * 1024
 
 
 class _Channel:
     def __init__(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
         self.stdin = stdin
         self.stdout = stdout
-        self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self.cancelled = threading.Event()
         self.active_id: str | None = None
         self._write_lock = threading.Lock()
@@ -34,6 +52,14 @@ class _Channel:
             self.stdout.flush()
 
     def read_forever(self) -> None:
+        try:
+            self._read()
+        except BaseException:  # without this thread the runner could never hear again
+            traceback.print_exc()
+            os._exit(70)
+        os._exit(0)  # stdin closed: the pool closed or the host died
+
+    def _read(self) -> None:
         for line in self.stdin:
             try:
                 message = protocol.loads(line)
@@ -47,7 +73,6 @@ class _Channel:
             elif message["type"] == "cancel" and message.get("id") == self.active_id:
                 self.cancelled.set()
             self.inbox.put(message)
-        self.inbox.put(None)
 
 
 class _ExecutionLink:
@@ -71,31 +96,33 @@ class _ExecutionLink:
     def next_message(self) -> dict[str, Any]:
         while True:
             message = self.channel.inbox.get()
-            if message is None:
-                os._exit(0)  # the dispatcher is gone; nobody is waiting for this result
             if message.get("id") != self.id:
                 continue  # a late answer for an execution that already finished
             if message["type"] in ("tool_result", "cancel"):
                 return message
 
 
-def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+def serve(stdin: BinaryIO, stdout: BinaryIO, confinement: Confinement | None = None) -> int:
+    """Answer protocol messages until stdin closes (the reader thread then ends the
+    process)."""
+    # Imported here, after ``confine``: importing the quickjs package starts a worker
+    # thread, and the kernel grants a new user namespace only to a single-threaded process.
+    from sandbox.engine import execute, warm_up
+
+    confinement = confinement or Confinement()
     warm_up()  # compile the prelude and load the parser before saying ready
     channel = _Channel(stdin, stdout)
     threading.Thread(target=channel.read_forever, name="runner-reader", daemon=True).start()
-    channel.write({"type": "ready", "pid": os.getpid()})
+    channel.write({"type": "ready", "pid": os.getpid(), "confinement": confinement.report()})
     while True:
         message = channel.inbox.get()
-        if message is None:
-            return 0
         if message["type"] != "execute":
             continue  # cancels and results that arrived after their execution ended
         execution_id = str(message["id"])
         channel.write({"type": "started", "id": execution_id})
         try:
-            body = execute(
-                message["payload"], _ExecutionLink(channel, execution_id), channel.cancelled
-            )
+            link = _ExecutionLink(channel, execution_id)
+            body = execute(message["payload"], link, channel.cancelled, confinement.arm_cpu())
         except Exception as error:  # a runner bug must not take the process down
             body = {
                 "status": "error",
@@ -106,10 +133,33 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         channel.write({"type": "done", "id": execution_id, **body})
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parse(argv)
+    # First, while this process has one thread (a new user namespace needs that).
+    confinement = confine(
+        parent_pid=arguments.parent,
+        address_space_bytes=arguments.address_space_mb * MiB or None,
+        cpu_seconds=arguments.cpu_seconds or None,
+    )
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the protocol stream
-    return serve(sys.stdin.buffer, stdout)
+    return serve(sys.stdin.buffer, stdout, confinement)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.runner")
+    parser.add_argument(
+        "--parent", type=int, default=os.getppid(), help="the host's pid: die when it dies"
+    )
+    parser.add_argument(
+        "--cpu-seconds", type=float, default=DEFAULT_CPU_LIMIT_SECONDS,
+        help="CPU time per execution (0: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--address-space-mb", type=int, default=DEFAULT_ADDRESS_SPACE_LIMIT_MB,
+        help="RLIMIT_AS of the whole runner in MiB (0: none)",
+    )  # fmt: skip
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":

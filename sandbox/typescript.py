@@ -96,6 +96,15 @@ def declared_names(source: str) -> frozenset[str]:
     return frozenset(top_level_names(tree.root_node))
 
 
+def nesting_at(source: str, line: int, column: int) -> int:
+    """How many syntax-tree levels enclose 1-based ``line``:``column`` of ``source``."""
+    cursor = _parser().parse(source.encode("utf-8", "surrogatepass")).walk()
+    depth = 0
+    while cursor.goto_first_child_for_point((line - 1, max(column - 1, 0))) is not None:
+        depth += 1
+    return depth
+
+
 def top_level_names(root: Node) -> set[str]:
     names: set[str] = set()
     for child in root.named_children:
@@ -124,20 +133,21 @@ def top_level_names(root: Node) -> set[str]:
 
 
 def _pattern_names(node: Node | None, names: set[str]) -> None:
-    if node is None:
-        return
-    if node.type in ("identifier", "shorthand_property_identifier_pattern"):
-        if node.text is not None:
-            names.add(node.text.decode())
-        return
-    if node.type == "pair_pattern":
-        _pattern_names(node.child_by_field_name("value"), names)
-        return
-    if node.type == "assignment_pattern":
-        _pattern_names(node.child_by_field_name("left"), names)
-        return
-    for child in node.named_children:
-        _pattern_names(child, names)
+    # A loop, not recursion: destructuring patterns may nest arbitrarily deep.
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if current is None:
+            continue
+        if current.type in ("identifier", "shorthand_property_identifier_pattern"):
+            if current.text is not None:
+                names.add(current.text.decode())
+        elif current.type == "pair_pattern":
+            pending.append(current.child_by_field_name("value"))
+        elif current.type == "assignment_pattern":
+            pending.append(current.child_by_field_name("left"))
+        else:
+            pending.extend(current.named_children)
 
 
 def _import_names(clause: Node, names: set[str]) -> None:
@@ -155,6 +165,15 @@ def _import_names(clause: Node, names: set[str]) -> None:
 
 
 class _Eraser:
+    """Collects the edits for one tree.
+
+    The walk keeps its own stack instead of recursing: a source may nest far deeper than
+    Python's recursion limit (2,000 parentheses, say); how deep code may nest is for
+    QuickJS's compiler to decide, whose refusal the engine reports as ``link_error``.
+    Each node travels with its parent because ``Node.parent`` searches from the root,
+    which would make a deep tree quadratic.
+    """
+
     def __init__(self) -> None:
         self.edits: list[tuple[int, int, str | None]] = []
         self.errors: list[tuple[int, int]] = []
@@ -162,59 +181,64 @@ class _Eraser:
     def blank(self, start: int, end: int) -> None:
         self.edits.append((start, end, None))
 
-    def visit(self, node: Node) -> None:
+    def visit(self, root: Node) -> None:
+        pending: list[tuple[Node, Node | None]] = [(root, None)]
+        while pending:
+            node, parent = pending.pop()
+            # Children go on the stack in reverse, so nodes are met in source order and
+            # the first error recorded is the first in the text.
+            pending.extend((child, node) for child in reversed(self._step(node, parent)))
+
+    def _step(self, node: Node, parent: Node | None) -> list[Node]:
+        """Edit for ``node``; returns the children still to visit."""
         kind = node.type
         if node.is_error or node.is_missing:
             self.errors.append((node.start_point[0] + 1, node.start_point[1] + 1))
-            return
+            return []
         if kind in _UNSUPPORTED:
             raise UnsupportedTypeScript(_UNSUPPORTED[kind], *_position(node))
         if kind in _BLANK_WHOLE or kind == "method_signature":
-            parent = node.parent
             if parent is not None and parent.type == "export_statement":
                 self.blank(parent.start_byte, parent.end_byte)
             else:
                 self.blank(node.start_byte, node.end_byte)
-            return
+            return []
         if kind in _BLANK_NODE:
             self.blank(node.start_byte, node.end_byte)
-            return
+            return []
         if kind in ("as_expression", "satisfies_expression"):
             expression = node.children[0]
-            self.visit(expression)
             self.blank(expression.end_byte, node.end_byte)
-            return
+            return [expression]
         if kind == "non_null_expression":
-            self.visit(node.children[0])
             self.blank(node.end_byte - 1, node.end_byte)
-            return
+            return [node.children[0]]
         if kind in ("accessibility_modifier", "override_modifier"):
-            parent = node.parent
             if parent is not None and parent.type in ("required_parameter", "optional_parameter"):
                 raise UnsupportedTypeScript("parameter properties", *_position(node))
             self.blank(node.start_byte, node.end_byte)
-            return
+            return []
         if kind in ("readonly", "abstract", "declare"):
             self.blank(node.start_byte, node.end_byte)
-            return
-        if kind == "?" and node.parent is not None and node.parent.type in (
+            return []
+        if kind == "?" and parent is not None and parent.type in (
             "optional_parameter", "public_field_definition", "method_definition",
         ):  # fmt: skip
             self.blank(node.start_byte, node.end_byte)
-            return
+            return []
         if kind == "public_field_definition":
             if any(child.type == "declare" for child in node.children):
                 self.blank(node.start_byte, node.end_byte)
-                return
+                return []
             for child in node.children:
                 if child.type == "!":
                     self.blank(child.start_byte, child.end_byte)
         if kind == "import_statement" and _second_child_is(node, "type"):
             self.blank(node.start_byte, node.end_byte)
-            return
+            return []
         if kind == "export_statement" and _second_child_is(node, "type"):
             self.blank(node.start_byte, node.end_byte)
-            return
+            return []
         if (
             kind in ("import_specifier", "export_specifier")
             and node.children
@@ -227,16 +251,15 @@ class _Eraser:
                 else (node.end_byte)
             )
             self.blank(node.start_byte, end)
-            return
+            return []
         if kind == "required_parameter":
             pattern = node.child_by_field_name("pattern")
             if pattern is not None and pattern.type == "this":
                 raise UnsupportedTypeScript("'this' parameters", *_position(node))
         if kind == "enum_declaration":
             self.edits.append((node.start_byte, node.end_byte, _enum_to_js(node)))
-            return
-        for child in node.children:
-            self.visit(child)
+            return []
+        return node.children
 
 
 def _second_child_is(node: Node, kind: str) -> bool:

@@ -29,7 +29,7 @@ import pytest
 from kombu import Exchange, Queue
 
 from config import env
-from config.celery import app
+from config.celery import WORKER_OPTIONS, app
 
 T = TypeVar("T")
 
@@ -162,7 +162,7 @@ def worker_start(
         sys.executable, "-m", "tests.worker", queue, *(["--setup", setup] if setup else []),
         "--concurrency", str(concurrency),
         "--loglevel", "INFO", "--hostname", f"{queue}-{uuid.uuid4().hex[:6]}@%h",
-        "--without-heartbeat", "--without-gossip", "--without-mingle",
+        *WORKER_OPTIONS,
     ]  # fmt: skip
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -7,6 +7,10 @@ socket's key is revoked or expires, its membership is removed, or its tenant or 
 deactivated (``tenancy.credentials``); ``4404`` no such thread in the caller's tenant;
 ``4410`` the thread is terminated (after its events were sent). A client may send ``ping``
 (or ``{"type": "ping"}``) and gets ``{"type": "pong"}``.
+
+A thread socket also reads the log when nothing arrived live for a while
+(``threads.streams.IDLE_RECHECK_S``), so an event whose layer message was dropped reaches it
+even when no later event follows.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -28,6 +33,8 @@ from threads.broadcast import unbatched
 from threads.events import EventType, tenant_group, thread_group
 from threads.models import Thread
 from threads.streams import Delivery, EventCursor
+
+logger = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
@@ -113,6 +120,11 @@ class ThreadEventsConsumer(_EventSocket):
 
     cursor: EventCursor | None = None
     closing: asyncio.Task[None] | None = None
+    rechecking: asyncio.Task[None] | None = None
+    # Held while the cursor reads and its deliveries are sent: live messages (dispatched on
+    # the consumer's task) and idle rechecks (on their own task) take turns, so sequences
+    # go out in order and each once.
+    relaying: asyncio.Lock
 
     async def connect(self) -> None:
         principal = await self._open()
@@ -132,18 +144,37 @@ class ThreadEventsConsumer(_EventSocket):
         # de-duplicated against the replay by the cursor.
         await self._join(thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk))
         reasoning = (query.get("reasoning") or [""])[0] in ("1", "true", "yes")
+        self.relaying = asyncio.Lock()
         self.cursor = EventCursor(thread=thread, after=int(raw_after), reasoning=reasoning)
         async for delivery in self.cursor.replay():
             await self._deliver(delivery)
         if thread.terminated_at is not None:
             await self.close(code=CLOSE_TERMINATED)
+            return
+        self.rechecking = asyncio.create_task(self._recheck_when_idle(self.cursor))
 
     async def event_message(self, message: dict[str, Any]) -> None:
         if self.cursor is None:
             return
-        for one in unbatched(message):
-            for delivery in await self.cursor.admit(one):
-                await self._deliver(delivery)
+        async with self.relaying:
+            for one in unbatched(message):
+                for delivery in await self.cursor.admit(one):
+                    await self._deliver(delivery)
+
+    async def _recheck_when_idle(self, cursor: EventCursor) -> None:
+        """Read the log whenever the cursor says nothing arrived for a while, and send what
+        the layer failed to bring (runs until the socket closes)."""
+        while True:
+            await asyncio.sleep(cursor.recheck_in())
+            if cursor.recheck_in() > 0:
+                continue  # a live event came meanwhile: the check moved later
+            async with self.relaying:
+                try:
+                    for delivery in await cursor.recheck():
+                        await self._deliver(delivery)
+                except Exception:
+                    # A failed read (the database away) is tried again after the next delay.
+                    logger.warning("thread socket: rechecking the event log failed", exc_info=True)
 
     async def _deliver(self, delivery: Delivery) -> None:
         await self.send(text_data=delivery.text)
@@ -153,6 +184,18 @@ class ThreadEventsConsumer(_EventSocket):
     async def _close_terminated(self) -> None:
         await asyncio.sleep(TERMINATED_DRAIN_S)
         await self.close(code=CLOSE_TERMINATED)
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        self._stop_rechecking()
+        await super().close(code=code, reason=reason)
+
+    async def disconnect(self, code: int) -> None:
+        self._stop_rechecking()
+        await super().disconnect(code)
+
+    def _stop_rechecking(self) -> None:
+        if self.rechecking is not None and self.rechecking is not asyncio.current_task():
+            self.rechecking.cancel()
 
 
 class TenantEventsConsumer(_EventSocket):

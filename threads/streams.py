@@ -6,12 +6,20 @@ skipped, the next one is sent, and a jump (a broadcast still in flight, a messag
 dropped, an envelope too large to travel inline) is filled from the log, which holds every
 committed event. So the seam between replay and live has no gap and no duplicate, and
 clients receive persisted events in sequence order, each once.
+
+A dropped message for the thread's *newest* event leaves no later sequence to reveal the
+gap, so a follower also reads the log when nothing arrived live for a while
+(:meth:`EventCursor.recheck`, when :meth:`EventCursor.recheck_in` says): ``IDLE_RECHECK_S``
+after the latest live event, then backing off while the log has nothing new. Each check is
+one indexed read of the events after the cursor, usually empty; what it finds goes through
+the same cursor, so nothing is sent twice.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +30,12 @@ from threads.models import Thread
 from threads.services.events import event_envelopes
 
 REPLAY_BATCH = 500
+# How long a follower waits, after the latest live event (or a read of the log that found
+# something), before it reads the log again; each read that finds nothing waits the next
+# delay, and the last one repeats. A follower whose events come less than a first delay
+# apart never reads; an idle one reads five times in its first quiet minute and twice a
+# minute after that. A dropped newest event arrives at most one delay late.
+IDLE_RECHECK_S: tuple[float, ...] = (1.0, 2.0, 5.0, 15.0, 30.0)
 
 
 @dataclass(frozen=True)
@@ -33,14 +47,58 @@ class Delivery:
     text: str
 
 
+class IdleRecheck:
+    """When a follower next reads the log although nothing told it to: ``delays[0]`` seconds
+    after it last heard of an event, then each following delay while reads find nothing,
+    the last delay repeating. ``delays`` defaults to ``IDLE_RECHECK_S`` (read when built,
+    so tests can shorten it)."""
+
+    def __init__(
+        self,
+        delays: Sequence[float] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.delays = tuple(IDLE_RECHECK_S if delays is None else delays)
+        if not self.delays or min(self.delays) <= 0:
+            raise ValueError("recheck delays must be positive")
+        self.clock = clock
+        self.step = 0
+        self.due = clock() + self.delays[0]
+
+    def heard(self) -> None:
+        """An event arrived (live, or from the log): the next read comes a first delay later."""
+        self.step = 0
+        self.due = self.clock() + self.delays[0]
+
+    def quiet(self) -> None:
+        """A read found nothing: wait the next, longer delay."""
+        self.step = min(self.step + 1, len(self.delays) - 1)
+        self.due = self.clock() + self.delays[self.step]
+
+    def more(self) -> None:
+        """A read stopped at its batch size: the next one is due at once."""
+        self.step = 0
+        self.due = self.clock()
+
+    def seconds_left(self) -> float:
+        """Seconds until the next read is due (0: now)."""
+        return max(0.0, self.due - self.clock())
+
+
 class EventCursor:
     """Delivers ``thread``'s events with a sequence above ``after``, in order, each once;
-    ``reasoning.delta`` only when ``reasoning`` (a follower opted in)."""
+    ``reasoning.delta`` only when ``reasoning`` (a follower opted in).
+
+    Not for concurrent use: one task at a time calls :meth:`replay`, :meth:`admit` or
+    :meth:`recheck` and sends what it returned before the next call, so ``last`` only grows
+    and sends go out in sequence order."""
 
     def __init__(self, *, thread: Thread, after: int, reasoning: bool = False) -> None:
         self.thread = thread
         self.last = after
         self.reasoning = reasoning
+        self.idle = IdleRecheck()
 
     async def replay(self) -> AsyncIterator[Delivery]:
         """Every stored event after the cursor, in batches, advancing it."""
@@ -49,7 +107,26 @@ class EventCursor:
             for delivery in batch:
                 yield delivery
             if len(batch) < REPLAY_BATCH:
+                self.idle.heard()  # the log was just read: the next check can wait
                 return
+
+    def recheck_in(self) -> float:
+        """Seconds until the follower should call :meth:`recheck` (0: now)."""
+        return self.idle.seconds_left()
+
+    async def recheck(self) -> list[Delivery]:
+        """The next stored events after the cursor (one batch), advancing it: usually none,
+        from one indexed read. Recovers what the layer dropped with no later message to
+        reveal it (the thread's newest events). After a read that finds nothing, or fails
+        (the error propagates, the cursor unmoved), the next one waits longer; after a full
+        batch it is due at once."""
+        self.idle.quiet()
+        found = await self._read(upto=None)
+        if len(found) == REPLAY_BATCH:
+            self.idle.more()
+        elif found:
+            self.idle.heard()
+        return found
 
     def replay_now(self) -> Iterator[Delivery]:
         """:meth:`replay` for synchronous callers (a WSGI stream)."""
@@ -68,6 +145,7 @@ class EventCursor:
             if kind == "reasoning.delta" and not self.reasoning:
                 return []  # only for followers that asked for reasoning
             return [Delivery(kind, None, text)] if isinstance(text, str) else []
+        self.idle.heard()
         if sequence <= self.last:
             return []
         if sequence == self.last + 1 and isinstance(text, str):
@@ -77,7 +155,7 @@ class EventCursor:
         while self.last < sequence:
             batch = await self._read(upto=sequence)
             if not batch:
-                break  # not visible yet: the next message fills it
+                break  # not visible yet: the next message or the idle recheck fills it
             delivered.extend(batch)
         return delivered
 

@@ -9,10 +9,11 @@ from threads.services.wakeups import DRIVE_TASK
 
 
 @shared_task(name=DRIVE_TASK, ignore_result=True)
-def drive_thread(thread_id: str, tenant_id: str | None = None) -> None:
+def drive_thread(thread_id: str, tenant_id: str | None = None, attempt: int = 0) -> None:
     """Run the thread's pending work (idempotent: the lock makes duplicates no-ops).
-    ``tenant_id`` is the thread's (optional: read from the thread when absent)."""
-    thread_drive(thread_id=thread_id, tenant_id=tenant_id)
+    ``tenant_id`` is the thread's (optional: read from the thread when absent); ``attempt``
+    counts the drives in a row an outage cut short."""
+    thread_drive(thread_id=thread_id, tenant_id=tenant_id, attempt=attempt)
 
 
 @shared_task(name="threads.sweep_threads", ignore_result=True)

@@ -10,16 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.views import csrf
+from django.views import csrf, defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from common.errors import DomainError
+from common.errors import DomainError, RetryLater
+from common.outages import RETRY_AFTER_S, outage_service
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +62,8 @@ def _first_validation_error(detail: Any, path: str = "") -> tuple[str | None, st
 
 def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     """Map domain and DRF errors to the platform's error body; never leak a stack trace."""
-    headers: dict[str, str] = {}
     if isinstance(exc, DomainError):
-        if exc.status == status.HTTP_401_UNAUTHORIZED:
-            headers["WWW-Authenticate"] = 'Bearer realm="api"'
-        return Response({"error": exc.as_dict()}, status=exc.status, headers=headers)
+        return Response({"error": exc.as_dict()}, status=exc.status, headers=_headers(exc))
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
@@ -74,6 +72,18 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         )
     if isinstance(exc, SuspiciousOperation):  # e.g. more query parameters than allowed
         return Response(error_body("bad_request", str(exc)), status=status.HTTP_400_BAD_REQUEST)
+    service = outage_service(exc)
+    if service is not None:
+        logger.warning("%s is unreachable: %s", service, exc)
+        return Response(
+            error_body(
+                "unavailable",
+                f"{service} is unreachable; retry in {RETRY_AFTER_S} s (a retry with the "
+                "same Idempotency-Key is answered once)",
+            ),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -101,9 +111,25 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     )
 
 
+def _headers(error: DomainError) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if error.status == status.HTTP_401_UNAUTHORIZED:
+        headers["WWW-Authenticate"] = 'Bearer realm="api"'
+    if isinstance(error, RetryLater):
+        headers["Retry-After"] = str(error.retry_after_s)
+    return headers
+
+
+def domain_error_response(error: DomainError) -> JsonResponse:
+    """A domain error answered outside DRF (an async view's later stages), with the same
+    body, status and headers as :func:`exception_handler` gives it."""
+    return JsonResponse({"error": error.as_dict()}, status=error.status, headers=_headers(error))
+
+
 def api_url_check(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., Any]:
-    """Middleware: an ``/api/`` URL whose path or query holds a NUL character, or more query
-    parameters than ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a 400 before any view reads it."""
+    """Middleware: an ``/api/`` request whose Host is not allowed, or whose URL path or
+    query holds a NUL character or more query parameters than
+    ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a JSON 400 before any view reads it."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
         if request.path.startswith("/api/"):
@@ -116,6 +142,11 @@ def api_url_check(get_response: Callable[[HttpRequest], HttpResponse]) -> Callab
 
 
 def _url_problem(request: HttpRequest) -> JsonResponse | None:
+    try:
+        request.get_host()
+    except DisallowedHost:
+        message = "the Host header is not one this server answers for (ALLOWED_HOSTS)"
+        return JsonResponse(error_body("bad_request", message, "Host"), status=400)
     if "\x00" in request.path:
         message = "the URL path contains a NUL character (%00)"
         return JsonResponse(error_body("invalid", message, "path"), status=400)
@@ -149,6 +180,13 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         ),
         status=403,
     )
+
+
+def json_bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler400 (``DEBUG`` off): the error shape under ``/api/``, Django's page elsewhere."""
+    if not request.path.startswith("/api/"):
+        return defaults.bad_request(request, exception or Exception())
+    return JsonResponse(error_body("bad_request", "The request was malformed."), status=400)
 
 
 def json_server_error(request: HttpRequest) -> JsonResponse:

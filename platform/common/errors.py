@@ -83,6 +83,38 @@ class LimitExceeded(DomainError):
     status = 413
 
 
+class RetryLater(DomainError):
+    """Base of the refusals a caller may send again unchanged: ``retry_after_s`` says when
+    (the API answers it as the ``Retry-After`` header)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: int,
+        field: str | None = None,
+        code: str | None = None,
+        details: Any = None,
+    ):
+        super().__init__(message, field=field, code=code, details=details)
+        self.retry_after_s = max(1, retry_after_s)
+
+
+class RateLimited(RetryLater):
+    """The caller is over one of its limits; the message names the limit and its setting."""
+
+    code = "rate_limited"
+    status = 429
+
+
+class TemporarilyUnavailable(RetryLater):
+    """The platform cannot serve this now through no fault of the caller (every sandbox
+    runner busy, a dependency unreachable)."""
+
+    code = "unavailable"
+    status = 503
+
+
 class NotAvailable(DomainError):
     """The capability exists in the spec but is not available in this deployment."""
 

@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels.
+"""ASGI entry point: HTTP through Django (its request bodies under a read timeout),
+WebSockets through Channels.
 
 Serve with ``uvicorn config.asgi:application``.
 """
@@ -12,12 +13,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from common.body_timeout import BodyTimeout  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from tenancy.authentication import BrowserOriginValidator, TenantAuthMiddlewareStack  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyTimeout(django_asgi_app),
         "websocket": BrowserOriginValidator(
             TenantAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

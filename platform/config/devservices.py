@@ -65,6 +65,9 @@ def _package_dir(module: str) -> Path:
 def _free_port(preferred: int) -> int:
     for port in (preferred, 0):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # As the servers themselves bind: a port whose last connections linger in
+            # TIME_WAIT (a server just stopped) is free for them.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:

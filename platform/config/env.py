@@ -154,6 +154,12 @@ def celery_concurrency() -> int:
     return _positive("CELERY_CONCURRENCY", 8)
 
 
+def flows_per_tenant() -> int:
+    """Flows one tenant may run at once in one worker process; by default one less than
+    ``CELERY_CONCURRENCY`` (at least 1), so one tenant never holds every slot."""
+    return _positive("FLOWS_PER_TENANT", max(1, celery_concurrency() - 1))
+
+
 def celery_queue() -> str:
     """The broker queue web processes send work to and workers consume (default ``celery``);
     deployments sharing one Redis each name their own."""
@@ -162,12 +168,12 @@ def celery_queue() -> str:
 
 def thread_lock_ttl_ms() -> int:
     """How long a crashed worker's thread lock outlives it (renewed while it runs)."""
-    return _positive("THREAD_LOCK_TTL_MS", 15_000)
+    return _positive("THREAD_LOCK_TTL_MS", 4_000)
 
 
 def thread_sweep_interval_s() -> int:
     """How often beat re-wakes threads with work but no live worker."""
-    return _positive("THREAD_SWEEP_INTERVAL_S", 10)
+    return _positive("THREAD_SWEEP_INTERVAL_S", 2)
 
 
 def subagent_max_depth() -> int:
@@ -196,9 +202,37 @@ def sandbox_pool_size() -> int:
     return _positive("SANDBOX_POOL_SIZE", 2)
 
 
+def sandbox_cpu_limit_s() -> int:
+    """CPU seconds one sandbox call may use (the kernel kills a runner past it plus 1 s)."""
+    return _positive("SANDBOX_CPU_LIMIT_S", 60)
+
+
+def sandbox_address_space_mb() -> int:
+    """Address space of one sandbox runner process, in MiB (at least 320)."""
+    return _positive("SANDBOX_ADDRESS_SPACE_MB", 1024)
+
+
+def run_code_tenant_concurrency() -> int:
+    """``POST …/run-code`` calls one tenant may have running at once, across every web
+    process; keep it below ``SANDBOX_POOL_SIZE`` so one tenant never holds a whole pool."""
+    return _positive("RUN_CODE_TENANT_CONCURRENCY", 1)
+
+
+def run_code_runner_wait_s() -> int:
+    """Seconds a ``POST …/run-code`` call waits for a free runner of its web process before
+    it is answered 503 with ``Retry-After``."""
+    return _positive("RUN_CODE_RUNNER_WAIT_S", 1)
+
+
 def code_tool_timeout_s() -> int:
     """Seconds a code tool may run before it is terminated and its call fails."""
     return _positive("CODE_TOOL_TIMEOUT_S", 30)
+
+
+def request_body_timeout_s() -> int:
+    """Seconds a request body may go without a new piece arriving before it is answered 408
+    (an idle timeout: a slow but steady upload is never cut)."""
+    return _positive("REQUEST_BODY_TIMEOUT_S", 30)
 
 
 # Secrets -------------------------------------------------------------------

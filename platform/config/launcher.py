@@ -1,9 +1,10 @@
 """``make run``: the whole platform in the foreground, on one machine.
 
 Starts (or reuses) PostgreSQL and Redis, migrates, seeds the demo tenant, then
-runs the ASGI server, a Celery worker (threads pool) and celery beat. It prints
-the URLs and the demo API key once ``/readyz`` answers. Ctrl-C (or SIGTERM)
-stops the three processes, then the embedded servers this run started.
+runs the ASGI server, a Celery worker (threads pool) and celery beat, restarting any
+of them that exits (:class:`Supervisor`). It prints the URLs and the demo API key
+once ``/readyz`` answers. Ctrl-C (or SIGTERM) stops the three processes, then the
+embedded servers this run started.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 
 from config import devservices, env
+from config.celery import WORKER_OPTIONS
 
 SHUTDOWN_GRACE_S = 10
 READY_TIMEOUT_S = 60
+# A process that exits is started again after these delays (the last repeats), and counts
+# as healthy again once it has run STABLE_AFTER_S.
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+STABLE_AFTER_S = 60.0
 
 
 class LaunchError(RuntimeError):
@@ -63,7 +69,7 @@ def _process_commands(host: str, port: int) -> dict[str, list[str]]:
                 "--port", str(port), "--lifespan", "off"],
         "worker": [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
                    "--concurrency", str(env.celery_concurrency()), "--loglevel", "INFO",
-                   "--hostname", "worker@%h"],
+                   "--hostname", "worker@%h", *WORKER_OPTIONS],
         "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip
@@ -137,6 +143,67 @@ def _banner(base_url: str, credentials: dict[str, str]) -> str:
     )
 
 
+class Supervisor:
+    """Keeps named processes running: one that exits is started again after a backoff
+    (:data:`RESTART_BACKOFF_S`, reset once it has run :data:`STABLE_AFTER_S`), and each
+    exit and restart is said on stderr. A crashed worker or beat never stays down."""
+
+    def __init__(
+        self,
+        commands: Mapping[str, Sequence[str]],
+        environment: Mapping[str, str],
+        *,
+        backoff_s: Sequence[float] = RESTART_BACKOFF_S,
+        stable_after_s: float = STABLE_AFTER_S,
+    ) -> None:
+        self.commands = dict(commands)
+        self.environment = dict(environment)
+        self.backoff_s = tuple(backoff_s)
+        self.stable_after_s = stable_after_s
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarts: dict[str, int] = dict.fromkeys(self.commands, 0)
+        self._started_at: dict[str, float] = {}
+        self._failures: dict[str, int] = dict.fromkeys(self.commands, 0)
+        self._due: dict[str, float] = {}
+
+    def start(self, name: str) -> None:
+        # Own session: a terminal Ctrl-C reaches only us; we stop children in order.
+        self.processes[name] = subprocess.Popen(
+            self.commands[name], env=self.environment, start_new_session=True
+        )
+        self._started_at[name] = time.monotonic()
+
+    def start_all(self) -> None:
+        for name in self.commands:
+            self.start(name)
+
+    def check(self) -> None:
+        """Restart what exited, once its backoff has passed; call it every fraction of a
+        second."""
+        moment = time.monotonic()
+        for name, process in self.processes.items():
+            if process.poll() is None:
+                if moment - self._started_at[name] >= self.stable_after_s:
+                    self._failures[name] = 0
+                continue
+            due = self._due.get(name)
+            if due is None:
+                failures = self._failures[name]
+                delay = self.backoff_s[min(failures, len(self.backoff_s) - 1)]
+                self._failures[name] = failures + 1
+                self._due[name] = moment + delay
+                print(f"{name} exited with code {process.returncode}; restarting it in "
+                      f"{delay:g} s", file=sys.stderr, flush=True)  # fmt: skip
+            elif moment >= due:
+                del self._due[name]
+                self.restarts[name] += 1
+                self.start(name)
+                print(f"{name} restarted", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        _stop(self.processes)
+
+
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
     for process in processes.values():
         if process.poll() is None:
@@ -161,7 +228,7 @@ def main() -> int:
     host, port = env.web_bind()
     base_url = f"http://{host}:{port}/"
     services = devservices.up()
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    supervisor: Supervisor | None = None
     try:
         environment = env.child_environment(
             {**services.environment(), "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -171,15 +238,12 @@ def main() -> int:
         credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
         credentials["agents"] = _manage(["seed_demo_agents"], environment, capture=True).strip()
         _check_port_free(host, port)
-        for name, command in _process_commands(host, port).items():
-            # Own session: a terminal Ctrl-C reaches only us; we stop children in order.
-            processes[name] = subprocess.Popen(command, env=environment, start_new_session=True)
-        _wait_ready(base_url, processes)
+        supervisor = Supervisor(_process_commands(host, port), environment)
+        supervisor.start_all()
+        _wait_ready(base_url, supervisor.processes)
         print(_banner(base_url, credentials), flush=True)
         while True:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    raise LaunchError(f"{name} exited with code {process.returncode}")
+            supervisor.check()
             time.sleep(0.5)
     except KeyboardInterrupt:
         print("\nStopping…", flush=True)
@@ -188,7 +252,8 @@ def main() -> int:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
     finally:
-        _stop(processes)
+        if supervisor is not None:
+            supervisor.stop()
         if services.started:
             devservices.down(services.started)
 

@@ -83,11 +83,13 @@ if not env.is_production():
     INSTALLED_APPS.append("agents.demo")
 
 MIDDLEWARE = [
+    # First: it answers a bad Host, path or query under /api/ in JSON before any other
+    # middleware reads them (CommonMiddleware would answer a bad Host with an HTML page).
+    "common.api.api_url_check",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "common.api.api_url_check",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -144,11 +146,22 @@ CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env.celery_concurrency()
 CELERY_TASK_DEFAULT_QUEUE = env.celery_queue()
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Riding through a Redis restart: workers reconnect for as long as it takes, a broker call
+# fails within seconds instead of hanging, and publishing a wake-up retries briefly (past
+# that, the caller logs it and the sweeper wakes the thread: threads.services.wakeups).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 2}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
+}  # fmt: skip
 CELERY_TIMEZONE = "UTC"
 THREAD_SWEEP_INTERVAL_S = env.thread_sweep_interval_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
 }
+# Flows one tenant may run at once per worker process (threads.runtime.driver); the rest of
+# its threads wait, queued, for the sweeper to wake them again.
+FLOWS_PER_TENANT = env.flows_per_tenant()
 # A thread's lock (threads.services.lock) expires this long after its holder stops renewing.
 THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
 # Subagents (threads.runtime.subagents): tree depth, live children per thread, how long a
@@ -159,7 +172,14 @@ SUBAGENT_WAIT_S = env.subagent_wait_s()
 VARIABLE_REQUEST_TTL_S = env.variable_request_ttl_s()
 # run_code (threads.services.code): warm runner processes per process, and code tools' budget.
 SANDBOX_POOL_SIZE = env.sandbox_pool_size()
+# OS limits of each runner process (sandbox.confine): CPU seconds per call, address space.
+SANDBOX_CPU_LIMIT_S = env.sandbox_cpu_limit_s()
+SANDBOX_ADDRESS_SPACE_MB = env.sandbox_address_space_mb()
 CODE_TOOL_TIMEOUT_S = env.code_tool_timeout_s()
+# POST …/run-code (threads.api.code): calls one tenant may run at once cluster-wide (Redis
+# leases), and how long a call waits for a free runner of its process before a 503.
+RUN_CODE_TENANT_CONCURRENCY = env.run_code_tenant_concurrency()
+RUN_CODE_RUNNER_WAIT_S = env.run_code_runner_wait_s()
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -206,7 +226,7 @@ REST_FRAMEWORK = {
     "DEFAULT_METADATA_CLASS": "common.drf.RouteMetadata",
     "DEFAULT_PAGINATION_CLASS": "common.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "common.schema.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
     # ?format= is ours to use (bundle export); every API answer is JSON anyway.
@@ -214,6 +234,8 @@ REST_FRAMEWORK = {
 }
 # Request bodies Django reads into memory; bundles are capped at 5 MiB on top of this.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
+# Seconds a request body may stall (no new piece) before it is a 408 (common.body_timeout).
+REQUEST_BODY_TIMEOUT_S = env.request_body_timeout_s()
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Standard Agents Platform API",
@@ -230,6 +252,8 @@ SPECTACULAR_SETTINGS = {
         "TenantRoleEnum": "tenancy.models.Role.choices",
         "MessageRoleEnum": "threads.models.MessageRole.choices",
         "QueueableRoleEnum": "threads.services.inbox.QUEUEABLE_ROLES",
+        "AgentTypeEnum": "agents.models.AgentType.values",  # the documents use its values
+        "EnvTypeEnum": ["text", "secret"],  # threads.services.env.EnvTypeName
     },
 }
 

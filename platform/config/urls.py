@@ -4,7 +4,7 @@ from django.urls import include, path, re_path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from common.api import json_not_found, json_server_error
+from common.api import json_bad_request, json_not_found, json_server_error
 from config.health import healthz, readyz
 
 urlpatterns = [
@@ -27,5 +27,6 @@ urlpatterns = [
     re_path(r"^api/", json_not_found),
 ]
 
+handler400 = json_bad_request
 handler404 = json_not_found
 handler500 = json_server_error

@@ -62,7 +62,7 @@ def _revoke(group: str) -> None:
         if layer is not None:
             async_to_sync(layer.group_send)(group, {"type": REVOKED})
 
-    transaction.on_commit(send)
+    transaction.on_commit(send, robust=True)
 
 
 def _api_key_saved(sender: type[ApiKey], instance: ApiKey, **kwargs: Any) -> None:

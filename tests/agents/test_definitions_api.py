@@ -92,6 +92,12 @@ def test_rename_through_patch(member: APIClient) -> None:
             "side_a.stop_tool",
             "not among the tools",
         ),
+        (  # was a database error, a 500
+            "/api/v1/agents",
+            {"name": "a", "side_a": {"prompt": "helper"}, "max_session_turns": 2**31},
+            "max_session_turns",
+            "less than or equal to 2147483647",
+        ),
         (
             "/api/v1/code-tools",
             {"name": "t", "description": "d", "source": "x", "args_schema": {"type": "string"}},

@@ -2,9 +2,14 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Callable
+from typing import Any
 
+import django.db
+import kombu.exceptions
 import pytest
+import redis
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
 from django.test import RequestFactory
@@ -348,3 +353,44 @@ def test_body_over_djangos_memory_limit_is_413_naming_it(tenant, client_for, set
         "code": "limit_exceeded",
         "message": "request body exceeds 1000 bytes",
     }
+
+
+# Outages -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "service"),
+    [
+        (redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379"), "Redis"),
+        (redis.TimeoutError("Timeout reading from socket"), "Redis"),
+        (kombu.exceptions.OperationalError("Error 111 connecting"), "Redis"),
+        (django.db.OperationalError("server closed the connection unexpectedly"), "PostgreSQL"),
+        (django.db.InterfaceError("connection already closed"), "PostgreSQL"),
+    ],
+)
+def test_an_unreachable_service_is_a_503_with_retry_after_naming_it(
+    error: Exception, service: str
+) -> None:
+    response = exception_handler(error, {})
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.data["error"]["code"] == "unavailable"
+    assert response.data["error"]["message"].startswith(f"{service} is unreachable")
+
+
+def test_a_request_meeting_a_redis_outage_answers_503_not_500(
+    tenant: Tenant, client_for: Callable[..., APIClient], settings: Any
+) -> None:
+    client = client_for(tenant)
+    with socket.socket() as probe:  # a port nothing listens on: Redis is "down"
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    settings.CACHES = {"default": {**settings.CACHES["default"],
+                                   "LOCATION": f"redis://127.0.0.1:{dead}/0"}}  # fmt: skip
+
+    response = client.post("/api/v1/ws-tickets")
+
+    assert response.status_code == 503, response.content
+    assert response["Retry-After"] == "5"
+    assert response.json()["error"]["message"].startswith("Redis is unreachable")

@@ -13,6 +13,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
 from common.errors import ValidationFailed
+from common.pagination import MAX_OFFSET
 from common.payloads import MAX_DEPTH, payload_check
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
@@ -162,6 +163,21 @@ def test_bad_urls_are_400(
     assert_error(client_for(tenant).get(path), 400, field)
 
 
+@pytest.mark.parametrize(
+    "route", ["/api/v1/threads", "/api/v1/agents", "{thread}/kv", "{thread}/messages",
+              "{thread}/logs", "{thread}/turns"],
+)  # fmt: skip
+def test_an_offset_past_what_postgres_counts_is_400_naming_it(
+    tenant: Tenant, client_for: Callable[..., APIClient], route: str
+) -> None:
+    """Found by the schema fuzz: ``?offset=`` past a bigint was a DataError, a 500."""
+    path = route.format(thread=f"/api/v1/threads/{make_thread(tenant).pk}")
+    client = client_for(tenant)
+
+    assert_error(client.get(f"{path}?offset={MAX_OFFSET + 1}"), 400, "offset")
+    assert client.get(f"{path}?offset={MAX_OFFSET}").status_code == 200
+
+
 def test_options_answers_on_every_route(
     tenant: Tenant, client_for: Callable[..., APIClient]
 ) -> None:
@@ -219,3 +235,26 @@ def _bearer(tenant: Tenant) -> APIClient:
     client = APIClient(enforce_csrf_checks=True)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_api_key(tenant).secret}")
     return client
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_host_header_not_allowed_is_a_json_400_naming_it(
+    tenant: Tenant, client_for: Callable[..., APIClient], settings: Any, debug: bool
+) -> None:
+    settings.DEBUG = debug
+    client = client_for(tenant)
+
+    response = client.get("/api/v1/prompts/", HTTP_HOST="}2\\Bu4Q1e.yBj")
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["field"] == "Host"
+
+
+def test_outside_the_api_a_bad_request_keeps_djangos_page(client: Any, settings: Any) -> None:
+    settings.DEBUG = False
+
+    response = client.get("/admin/", HTTP_HOST="}2\\Bu4Q1e.yBj")
+
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from sandbox.marshal import (
+    MAX_VALUE_DEPTH,
     UNDEFINED,
     HostFunctions,
     JSMap,
@@ -91,3 +93,67 @@ def test_unhashable_map_keys_from_the_guest_are_refused() -> None:
 
     with pytest.raises(SerializationError, match="hashable"):
         decode(node, "result")
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_nested_to_the_depth_limit_round_trip() -> None:
+    value = _nested(MAX_VALUE_DEPTH)
+
+    assert decode(encode(value, "v")) == value
+
+
+def test_values_nested_past_the_depth_limit_are_refused_both_ways() -> None:
+    too_deep = _nested(MAX_VALUE_DEPTH + 1)
+    node: Any = 1
+    for _ in range(MAX_VALUE_DEPTH + 1):
+        node = {"$": "object", "v": {"a": node}}
+
+    with pytest.raises(SerializationError, match=r"nested deeper than 200 levels"):
+        encode(too_deep, "v")
+    with pytest.raises(SerializationError, match=r"^result\.a\.a\.a.*nested deeper than 200"):
+        decode(node, "result")
+
+
+def test_a_caller_already_deep_in_its_stack_gets_a_serialization_error() -> None:
+    """Not a RecursionError from the middle of the codec."""
+    value = _nested(MAX_VALUE_DEPTH)
+
+    def recurse(levels: int) -> SerializationError | None:
+        if levels:
+            return recurse(levels - 1)
+        try:
+            encode(value, "v")
+        except SerializationError as error:
+            return error
+        return None
+
+    error = recurse(sys.getrecursionlimit() - 250)
+
+    assert error is not None
+    assert error.reason == "nested too deeply for the host's recursion limit"
+
+
+def test_ints_too_long_for_decimal_are_refused() -> None:
+    with pytest.raises(SerializationError, match="4300-digit"):
+        encode({"n": 10**5000}, "v")
+
+
+@pytest.mark.parametrize(
+    ("node", "path"),
+    [
+        ({"$": "map", "v": [[1, "a"], [{"$": "bigint", "v": "1"}, "b"]]}, "r<key 1>"),
+        ({"$": "map", "v": [[True, "a"], [1, "b"]]}, "r<key 1>"),
+        ({"$": "set", "v": [{"$": "date", "v": 0}, {"$": "date", "v": 0}]}, "r<item 1>"),
+    ],
+)
+def test_members_python_would_merge_are_refused(node: Any, path: str) -> None:
+    with pytest.raises(SerializationError, match="distinct in JavaScript but equal") as raised:
+        decode(node, "r")
+
+    assert raised.value.path == path

@@ -55,7 +55,8 @@ def test_ready_then_started_then_done(runner: RawRunner) -> None:
     ready = runner.receive()
     runner.send(execute("exec-1", "export default 'hi'"))
 
-    assert ready == {"type": "ready", "pid": runner.process.pid}
+    assert (ready["type"], ready["pid"]) == ("ready", runner.process.pid)
+    assert set(ready["confinement"]) == {"applied", "refused"}
     assert runner.receive() == {"type": "started", "id": "exec-1"}
     done = runner.receive()
     assert (done["type"], done["id"], done["status"], done["result"]) == (
@@ -124,3 +125,10 @@ def test_only_json_crosses_the_boundary() -> None:
     assert line.decode("ascii")  # lone surrogates are escaped, never raw bytes
     with pytest.raises(ValueError, match="JSON object"):
         protocol.loads(b"[1, 2]")
+
+
+def test_a_line_nested_too_deeply_to_parse_is_a_value_error() -> None:
+    line = b'{"type": "done", "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+    with pytest.raises(ValueError, match="nested too deeply"):
+        protocol.loads(line)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.typescript import TypeScriptSyntaxError, UnsupportedTypeScript, erase
+from sandbox.typescript import TypeScriptSyntaxError, UnsupportedTypeScript, declared_names, erase
 
 SOURCE = """\
 import type { A } from './a';
@@ -77,3 +77,41 @@ def test_syntax_errors_carry_a_position() -> None:
         erase("let ok = 1;\nlet = = ;")
 
     assert raised.value.line == 2
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "let x = " + "(" * 2000 + "1" + ")" * 2000 + ";",
+        "let x = " + "[" * 100_000 + "]" * 100_000 + ";",
+        "let x = " + "f(" * 20_000 + ")" * 20_000 + ";",
+        "let x = 1" + " as any" * 20_000 + ";",
+        "let x = " + "a ? " * 5000 + "b" + " : c" * 5000 + ";",
+    ],
+    ids=["parentheses", "arrays", "calls", "as-chain", "ternaries"],
+)
+def test_deeply_nested_code_is_erased_without_recursion(source: str) -> None:
+    """Whether code this deep can run is QuickJS's to decide (a link_error naming the
+    nesting, see test_engine); the erasure itself must not fail."""
+    assert len(erase(source).javascript) == len(source)
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        "Array<" * 2000 + "number" + ">" * 2000,
+        "number" + "[]" * 5000,
+        "{a:" * 5000 + "T" + "}" * 5000,
+    ],
+    ids=["generics", "arrays", "object-types"],
+)
+def test_deeply_nested_types_are_blanked(annotation: str) -> None:
+    source = f"let x: {annotation} = [];"
+
+    assert erase(source).javascript == "let x" + " " * len(f": {annotation}") + " = [];"
+
+
+def test_deeply_nested_destructuring_still_yields_its_names() -> None:
+    source = "const " + "[" * 10_000 + "deep" + "]" * 10_000 + " = v, { a: [b] } = w;"
+
+    assert declared_names(source) == {"deep", "b"}

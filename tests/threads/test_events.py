@@ -386,7 +386,9 @@ def test_twenty_concurrent_writers_leave_a_gap_free_unique_sequence(
 @pytest.mark.django_db(transaction=True)
 def test_twenty_concurrent_flows_and_a_writer_keep_every_threads_log_gap_free(
     engine: Engine,  # noqa: F811
+    settings: Any,
 ) -> None:
+    settings.FLOWS_PER_TENANT = 20  # all twenty flows run at once in this process
     engine.define(
         prompts=[prompt("helper", tools=["echo"])],
         agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],

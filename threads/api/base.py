@@ -6,15 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.schema import error_response
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.viewsets import request_principal
 from threads.models import Thread, Turn
-from threads.services.idempotency import HEADER, idempotent_call, request_hash
+from threads.services.idempotency import HEADER, MAX_KEY_CHARS, idempotent_call, request_hash
 from threads.services.threads import thread_get
 from threads.services.turns import turn_get
 
@@ -70,6 +72,22 @@ class TurnScopedView(TenantObjectView):
             cached = turn_get(tenant=self.principal.tenant, turn_id=self.kwargs["turn_id"])
             self._turn = cached
         return cached
+
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    HEADER,
+    str,
+    OpenApiParameter.HEADER,
+    description=f"1-{MAX_KEY_CHARS} printable characters: a repeat with the same key, path "
+    "and body within 24 hours answers the first answer and creates nothing",
+)
+
+# What a POST that creates work answers when it cannot (409).
+WORK_REFUSED = error_response(
+    409,
+    "The thread is terminated (`terminated`) or busy (`thread_busy`), or the Idempotency-Key "
+    "was used for another request (`idempotency_key_reused`)",
+)
 
 
 def idempotent(

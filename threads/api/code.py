@@ -1,22 +1,58 @@
 """``POST /api/v1/threads/{id}/run-code``: run code in the sandbox at rest (the console's
-playground, API users), with the JSON-safe subset of run_code's options."""
+playground, API users), with the JSON-safe subset of run_code's options.
+
+No tenant can starve another through it:
+
+* A tenant runs at most ``RUN_CODE_TENANT_CONCURRENCY`` calls at once, across every web
+  process (Redis leases); one more is a 429 naming the limit, with ``Retry-After``.
+* A call starts only once this process has a free runner, waiting for one at most
+  ``RUN_CODE_RUNNER_WAIT_S`` (else 503 with ``Retry-After``), so it never queues inside the
+  sandbox for its budget.
+* The route is served by an async view. DRF's checks (authentication, role, the thread
+  within the tenant, the body, the tenant's lease) run in one short sync step, and the log
+  row in another; each gives its database connection back when it ends. The wait for the
+  code (up to the 10 s budget) holds neither a connection nor a worker thread.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.http import HttpRequest, HttpResponseBase
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agents.providers.base import AbortSignal
+from common.api import domain_error_response
+from common.errors import DomainError
 from threads.api.base import ThreadScopedView
+from threads.models import Thread
 from threads.services import logs
-from threads.services.code import ENDPOINT_BUDGET_S, code_result_json, code_run, code_settle
+from threads.services.code import (
+    ENDPOINT_BUDGET_S,
+    code_lease_acquire,
+    code_result_json,
+    code_run,
+    code_runner_take,
+    code_settle_async,
+    code_slots,
+)
+from threads.services.leases import Lease
 
 MAX_SOURCE_CHARS = 1_000_000
+
+P = ParamSpec("P")
+R = TypeVar("R")
+AsyncView = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
 
 
 class RunCodeInput(serializers.Serializer[Any]):
@@ -44,26 +80,139 @@ def _collect(_value: Any) -> None:
     """The host side of ``report(value)``: the handle keeps the values in ``reports``."""
 
 
+class _Admitted(Response):
+    """What :meth:`RunCodeView.post` answers for a call it admitted: checked, negotiated and
+    holding one of the tenant's leases. The async view runs the code and fills in ``data``."""
+
+    def __init__(
+        self, *, thread: Thread, source: str, options: dict[str, Any], lease: Lease
+    ) -> None:
+        super().__init__(status=200)
+        self.thread = thread
+        self.source = source
+        self.options = options
+        self.lease = lease
+
+
 class RunCodeView(ThreadScopedView):
-    @extend_schema(request=RunCodeInput, responses={200: OpenApiTypes.OBJECT})
+    """Served through :func:`_served` (the route is async); the class is what DRF checks
+    with and what the OpenAPI schema describes."""
+
+    @extend_schema(
+        request=RunCodeInput,
+        responses={
+            200: OpenApiTypes.OBJECT,
+            429: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="The tenant already runs RUN_CODE_TENANT_CONCURRENCY calls; "
+                "`Retry-After` says when one ends at the latest",
+            ),
+        },
+    )
     def post(self, request: Request, thread_id: str) -> Response:
         """Run ``source`` in a fresh sandbox and answer its result (status, result, error,
         logs, reports, durationMs). Code that runs past the endpoint budget of 10 s is
-        terminated and answered with status ``terminated``."""
+        terminated and answered with status ``terminated``. A tenant runs at most
+        ``RUN_CODE_TENANT_CONCURRENCY`` calls at once (429 with ``Retry-After`` beyond); a
+        call waits at most ``RUN_CODE_RUNNER_WAIT_S`` for a free sandbox runner (503 with
+        ``Retry-After`` after)."""
         payload = RunCodeInput(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        result = code_settle(code_run(data["source"], data["options"]), budget_s=ENDPOINT_BUDGET_S)
-        body = code_result_json(result)
-        error = body["error"]
-        logs.log_create(
-            thread=self.thread(),
-            kind="code",
-            data={"status": result.status, "duration_ms": result.duration_ms,
-                  "error": f"{error['name']}: {error['message']}" if error else None,
-                  "logs": len(result.logs), "reports": len(result.reports)},
-        )  # fmt: skip
-        return Response(body)
+        thread = self.thread()
+        lease = code_lease_acquire(tenant_id=thread.tenant_id, budget_s=ENDPOINT_BUDGET_S)
+        return _Admitted(thread=thread, source=data["source"], options=data["options"],
+                         lease=lease)  # fmt: skip
 
 
-urlpatterns = [path("run-code", RunCodeView.as_view(), name="thread-run-code")]
+def _served(view_class: type[RunCodeView]) -> AsyncView:
+    """The async view of the route: ``view_class``'s DRF view checks the call (its errors
+    are answered as DRF renders them), then the code runs and is awaited on the event loop.
+    It carries the DRF view's attributes (``cls``, ``initkwargs``, ``csrf_exempt``), so the
+    schema generator and the middleware see the DRF view."""
+    checks = view_class.as_view()
+
+    async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        checked = asyncio.ensure_future(_connection_returned(checks)(request, *args, **kwargs))
+        try:
+            response = await asyncio.shield(checked)
+        except asyncio.CancelledError:  # the client left while the checks ran
+            checked.add_done_callback(_release_abandoned)
+            raise
+        if not isinstance(response, _Admitted):
+            return response
+        try:
+            body = await _execute(response)
+        except DomainError as error:
+            return domain_error_response(error)
+        await _connection_returned(_log)(thread=response.thread, body=body)
+        response.data = body
+        return response
+
+    functools.update_wrapper(view, checks)
+    return view
+
+
+async def _execute(admitted: _Admitted) -> dict[str, Any]:
+    """Run the admitted call on a free runner of this process within the endpoint budget
+    and answer its result in the spec's JSON shape. Preparing the code and encoding its
+    result (CPU work that grows with their size) run on a worker thread, off the event loop.
+
+    The runner slot and the tenant's lease are given back however it ends; a cancelled call
+    (the client left) terminates its execution, also one whose start was under way."""
+    abort = AbortSignal()
+    slots = code_slots()
+    try:
+        await code_runner_take(slots)
+        try:
+            start = sync_to_async(code_run, thread_sensitive=False)
+            execution = await start(admitted.source, admitted.options, abort=abort)
+            result = await code_settle_async(execution, budget_s=ENDPOINT_BUDGET_S)
+        finally:
+            slots.release()
+        return await sync_to_async(code_result_json, thread_sensitive=False)(result)
+    except asyncio.CancelledError:
+        abort.set()
+        raise
+    finally:
+        await sync_to_async(admitted.lease.release, thread_sensitive=False)()
+
+
+def _release_abandoned(checked: asyncio.Future[Response]) -> None:
+    """A call admitted after its client left gives its lease back (it never runs)."""
+    if checked.cancelled() or checked.exception() is not None:
+        return
+    response = checked.result()
+    if isinstance(response, _Admitted):
+        asyncio.get_running_loop().run_in_executor(None, response.lease.release)
+
+
+def _log(*, thread: Thread, body: dict[str, Any]) -> None:
+    """The call's ``code`` log row, from what the caller was answered."""
+    error = body["error"]
+    logs.log_create(
+        thread=thread,
+        kind="code",
+        data={"status": body["status"], "duration_ms": body["durationMs"],
+              "error": f"{error['name']}: {error['message']}" if error else None,
+              "logs": len(body["logs"]), "reports": len(body["reports"])},
+    )  # fmt: skip
+
+
+def _connection_returned(function: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """``function`` as a short sync step (on the request's thread, as Django runs sync
+    views), after which the thread's database connection goes back to the pool instead of
+    staying open for the rest of the request. A connection inside a transaction (a test's)
+    is left open: closing it would break that transaction."""
+
+    def step(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if not connection.in_atomic_block:
+                connection.close()
+
+    return sync_to_async(step)
+
+
+urlpatterns = [path("run-code", _served(RunCodeView), name="thread-run-code")]

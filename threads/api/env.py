@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -38,6 +38,16 @@ def env_entry_json(entry: EnvEntry) -> dict[str, Any]:
     return {"name": entry.name, "type": entry.type, "updated_at": entry.updated_at}
 
 
+class EnvPutInput(serializers.Serializer[Any]):
+    """The body of ``PUT env/<name>`` as documented (``_put_body`` reads it)."""
+
+    value = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    type = serializers.ChoiceField(
+        choices=["text", "secret"], required=False,
+        help_text="omitted: the variable keeps its type; a new one is secret",
+    )  # fmt: skip
+
+
 def _put_body(data: object) -> tuple[str, EnvTypeName | None]:
     """``(value, type)`` from ``{"value": "...", "type"?: "text"|"secret"}``."""
     if not isinstance(data, Mapping):
@@ -61,7 +71,7 @@ class ThreadEnvListView(ThreadScopedView):
 
 
 class ThreadEnvDetailView(ThreadScopedView):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EnvPutInput, responses=OpenApiTypes.OBJECT)
     def put(self, request: Request, thread_id: str, name: str) -> Response:
         """Set a variable (``type`` omitted keeps the existing type; new names are secret)."""
         env_name_check(name)
@@ -89,7 +99,7 @@ class TenantEnvListView(TenantEnvView):
 
 
 class TenantEnvDetailView(TenantEnvView):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EnvPutInput, responses=OpenApiTypes.OBJECT)
     def put(self, request: Request, name: str) -> Response:
         env_name_check(name)
         value, kind = _put_body(request.data)

@@ -4,7 +4,9 @@ Server-Sent Events (``Accept: text/event-stream``).
 SSE frames are ``id: <sequence>`` (persisted events only), ``event: <type>`` and
 ``data: <envelope JSON>``. ``Last-Event-ID`` (sent by EventSource on reconnect) overrides
 ``?after=``. Under ASGI the stream replays the log and then follows the thread live, with a
-comment line every ``KEEPALIVE_S`` seconds; under WSGI it replays the log and ends. A
+comment line after ``KEEPALIVE_S`` quiet seconds and a read of the log when nothing arrived
+for a while (``threads.streams.IDLE_RECHECK_S``: an event whose live message was dropped
+still arrives, even the thread's last); under WSGI it replays the log and ends. A
 terminated thread's stream ends after its events; a request for a terminated thread with
 nothing newer is answered ``204`` (EventSource stops reconnecting).
 """
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,7 +199,9 @@ async def _follow(
     cursor: EventCursor, scope: StreamScope, credentials: _Credentials
 ) -> AsyncIterator[bytes]:
     """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)
-    until the scope ends or the credentials go away."""
+    and what the cursor's idle rechecks find, until the scope ends or the credentials go
+    away. Everything runs on this generator's task, so the cursor is never read twice at
+    once."""
     thread = cursor.thread
     layer = get_channel_layer()
     assert layer is not None
@@ -214,34 +219,53 @@ async def _follow(
                     return
         if thread.terminated_at is not None or scope.ended:
             return
+        keepalive_at = time.monotonic() + KEEPALIVE_S
         while True:
             left = credentials.seconds_left()
             if left is not None and left <= 0:
                 yield REVOKED_FRAME
                 return
+            if time.monotonic() >= keepalive_at:
+                yield b": keepalive\n\n"
+                keepalive_at = time.monotonic() + KEEPALIVE_S
             if receiving is None:
                 receiving = asyncio.ensure_future(layer.receive(channel))
-            wait = KEEPALIVE_S if left is None else min(KEEPALIVE_S, left)
+            wait = min(keepalive_at - time.monotonic(), cursor.recheck_in())
+            wait = max(0.0, wait if left is None else min(wait, left))
             done, _ = await asyncio.wait({receiving}, timeout=wait)
-            if not done:
-                if left is None or left > wait:
-                    yield b": keepalive\n\n"
+            if done:
+                message, receiving = receiving.result(), None
+                if message.get("type") == REVOKED:
+                    yield REVOKED_FRAME
+                    return
+                deliveries = [d for one in unbatched(message) for d in await cursor.admit(one)]
+            elif cursor.recheck_in() <= 0:
+                deliveries = await cursor.recheck()
+            else:
                 continue
-            message, receiving = receiving.result(), None
-            if message.get("type") == REVOKED:
-                yield REVOKED_FRAME
+            frames, ended = _framed(deliveries, scope)
+            for frame in frames:
+                yield frame
+            if ended:
                 return
-            for one in unbatched(message):
-                for delivery in await cursor.admit(one):
-                    if scope.keep(delivery):
-                        yield _frame(delivery)
-                        if scope.last(delivery):
-                            return
+            if frames:
+                keepalive_at = time.monotonic() + KEEPALIVE_S
     finally:
         if receiving is not None:
             receiving.cancel()
         for group in groups:
             await layer.group_discard(group, channel)
+
+
+def _framed(deliveries: Sequence[Delivery], scope: StreamScope) -> tuple[list[bytes], bool]:
+    """The frames ``scope`` keeps of ``deliveries``, and whether the stream ends with them."""
+    frames: list[bytes] = []
+    for delivery in deliveries:
+        if scope.keep(delivery):
+            frames.append(_frame(delivery))
+            if scope.last(delivery):
+                return frames, True
+    return frames, False
 
 
 urlpatterns = [

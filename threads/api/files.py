@@ -45,7 +45,12 @@ from django.http.response import HttpResponseBase
 from django.urls import path
 from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
@@ -53,6 +58,7 @@ from rest_framework.response import Response
 
 from common.api import error_body
 from common.errors import LimitExceeded, NotFound, ValidationFailed
+from common.schema import error_response
 from threads.api.base import ThreadScopedView
 from threads.models import ThreadFile
 from threads.services.files import (
@@ -246,6 +252,30 @@ def _metadata_field(raw: object) -> dict[str, Any] | None:
     return value
 
 
+_READ_PARAMETERS = [
+    OpenApiParameter("stat", bool, description="answer the FileRecord instead of the bytes"),
+    OpenApiParameter("thumbnail", bool, description="a PNG/JPEG thumbnail of an image"),
+    OpenApiParameter(
+        "size", int, description=f"the thumbnail's longest side, 1 to {MAX_THUMBNAIL_SIDE}"
+    ),
+    OpenApiParameter(
+        "Range", str, OpenApiParameter.HEADER, description="one range: `bytes=a-b`, `a-`, `-n`"
+    ),
+]
+_READ_RESPONSES = {
+    (200, "application/json"): OpenApiResponse(
+        OpenApiTypes.OBJECT, description="a directory's `{path, entries}`, or a FileRecord"
+    ),
+    (200, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="a file's bytes"),
+    (206, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="the range asked for"),
+    416: error_response(416, "The range lies outside the file"),
+}
+_WRITE_RESPONSES = {
+    201: OpenApiTypes.OBJECT,
+    409: error_response(409, "The path is a directory, or a parent of it is a file"),
+}
+
+
 class FileView(ThreadScopedView):
     """``fs`` and ``fs/<path>``: read, upload, mkdir and delete (see the module docstring)."""
 
@@ -254,7 +284,9 @@ class FileView(ThreadScopedView):
     def _path(self) -> str:
         return normalize_path(self.kwargs.get("file_path") or "/")
 
-    @extend_schema(responses=OpenApiTypes.BINARY, operation_id="thread_fs_read")
+    @extend_schema(
+        parameters=_READ_PARAMETERS, responses=_READ_RESPONSES, operation_id="thread_fs_read"
+    )
     def get(
         self, request: Request, thread_id: str, file_path: str = "/"
     ) -> Response | HttpResponseBase:
@@ -276,21 +308,19 @@ class FileView(ThreadScopedView):
         entries = file_readdir(thread=thread, path=target)  # NotFound when nothing is there
         return Response({"path": target, "entries": [file_json(row) for row in entries]})
 
-    @extend_schema(request=OpenApiTypes.BINARY, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=OpenApiTypes.BINARY, responses=_WRITE_RESPONSES)
     def put(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         return self._upload(request)
 
     @extend_schema(
-        request=OpenApiTypes.BINARY,
-        responses={201: OpenApiTypes.OBJECT},
-        operation_id="thread_fs_create",
+        request=OpenApiTypes.BINARY, responses=_WRITE_RESPONSES, operation_id="thread_fs_create"
     )
     def post(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         if request.content_type.split(";")[0].strip() == "application/json":
             return self._command(request)
         return self._upload(request)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, 409: error_response(409, "The directory is not empty")})
     def delete(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         thread, target = self.thread(), self._path()
         row = file_stat(thread=thread, path=target)

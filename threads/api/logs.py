@@ -12,13 +12,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound
+from common.pagination import MAX_OFFSET
 from threads.api.base import ThreadScopedView
 from threads.services.logs import log_get, log_json, log_list
 
 
 class LogListQuery(serializers.Serializer[Any]):
     limit = serializers.IntegerField(min_value=0, max_value=1000, default=100)
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
     order = serializers.ChoiceField(choices=["asc", "desc"], default="desc")
     kind = serializers.CharField(required=False)
 

@@ -17,7 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound
-from threads.api.base import ThreadScopedView, idempotent
+from common.pagination import MAX_OFFSET
+from common.schema import error_response
+from threads.api.base import IDEMPOTENCY_KEY, WORK_REFUSED, ThreadScopedView, idempotent
 from threads.models import MessageRole, Turn
 from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
 from threads.services.control import STOPPED_BY_USER, thread_stop, thread_terminate
@@ -42,7 +44,7 @@ from threads.services.status import turn_json
 
 class MessageListQuery(serializers.Serializer[Any]):
     limit = serializers.IntegerField(min_value=0, max_value=1000, default=100)
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
     order = serializers.ChoiceField(choices=["asc", "desc"], default="desc")
     include_silent = serializers.BooleanField(default=False)
     depth = serializers.IntegerField(min_value=0, required=False)
@@ -110,7 +112,8 @@ class MessageListView(ThreadScopedView):
         )  # fmt: skip
 
     @extend_schema(
-        request=MessageSendInput, responses={202: OpenApiTypes.OBJECT},
+        request=MessageSendInput, parameters=[IDEMPOTENCY_KEY],
+        responses={202: OpenApiTypes.OBJECT, 409: WORK_REFUSED},
         operation_id="thread_messages_send",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
@@ -137,7 +140,10 @@ class MessageListView(ThreadScopedView):
 
 
 class MessageInjectView(ThreadScopedView):
-    @extend_schema(request=MessageInjectInput, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=MessageInjectInput,
+        responses={201: OpenApiTypes.OBJECT, 409: error_response(409, "The thread is terminated")},
+    )
     def post(self, request: Request, thread_id: str) -> Response:
         payload = MessageInjectInput(data=request.data)
         payload.is_valid(raise_exception=True)
@@ -177,7 +183,10 @@ class MessageDetailView(ThreadScopedView):
 
 
 class ContinueView(ThreadScopedView):
-    @extend_schema(request=ContinueInput, responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=ContinueInput, parameters=[IDEMPOTENCY_KEY],
+        responses={202: OpenApiTypes.OBJECT, 409: WORK_REFUSED},
+    )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
         """Let ``side`` (default a) take a turn without a new message; 202 at once."""
         payload = ContinueInput(data=request.data)

@@ -13,6 +13,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.schema import error_responses
 from threads.api.base import ThreadScopedView
 from threads.models import Thread
 from threads.runtime.bootstrap import variable_request_complete, variable_request_get
@@ -57,7 +58,7 @@ class VariableRequestInput(serializers.Serializer[Any]):
 
 class VariableRequestView(ThreadScopedView):
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+        responses=OpenApiTypes.OBJECT,
         operation_id="thread_variables_retrieve",
     )
     def get(self, request: Request, thread_id: str, request_id: str) -> Response:
@@ -67,7 +68,7 @@ class VariableRequestView(ThreadScopedView):
 
     @extend_schema(
         request=VariableRequestInput,
-        responses=dict.fromkeys((200, 400, 403, 404, 409, 410), OpenApiTypes.OBJECT),
+        responses={200: OpenApiTypes.OBJECT, **error_responses(409, 410)},
         operation_id="thread_variables_complete",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, request_id: str) -> Response:

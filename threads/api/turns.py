@@ -28,7 +28,15 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from threads.api.base import ThreadScopedView, TurnScopedView, idempotent
+from common.pagination import MAX_OFFSET
+from common.schema import error_response
+from threads.api.base import (
+    IDEMPOTENCY_KEY,
+    WORK_REFUSED,
+    ThreadScopedView,
+    TurnScopedView,
+    idempotent,
+)
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
 from threads.api.messages import MessageSendInput
 from threads.broadcast import unbatched
@@ -66,7 +74,7 @@ class TurnSubmitInput(serializers.Serializer[Any]):
 class TurnListQuery(serializers.Serializer[Any]):
     status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
 
 
 class TurnWaitQuery(serializers.Serializer[Any]):
@@ -84,7 +92,8 @@ def _detail(turn: Turn) -> dict[str, Any]:
 
 class ThreadTurnsView(ThreadScopedView):
     @extend_schema(
-        request=TurnSubmitInput, responses={202: OpenApiTypes.OBJECT},
+        request=TurnSubmitInput, parameters=[IDEMPOTENCY_KEY],
+        responses={202: OpenApiTypes.OBJECT, 409: WORK_REFUSED},
         operation_id="thread_turns_submit",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
@@ -131,13 +140,26 @@ class ThreadTurnsView(ThreadScopedView):
         )  # fmt: skip
 
 
+NOT_QUEUED = error_response(409, "The turn is not queued")
+# One Server-Sent Event: ``id`` (the event's sequence; none for a transient event),
+# ``event`` (its type) and ``data`` (its envelope as JSON).
+SSE_EVENT = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "event": {"type": "string"},
+                   "data": {"type": "string"}},
+    "required": ["event", "data"],
+}  # fmt: skip
+
+
 class TurnDetailView(TurnScopedView):
     @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="turns_retrieve")
     def get(self, request: Request, turn_id: str) -> Response:
         """The turn: status, outcome, error, usage and the ids of the messages it wrote."""
         return Response(_detail(self.turn()))
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="turns_remove")
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, 409: NOT_QUEUED}, operation_id="turns_remove"
+    )
     def delete(self, request: Request, turn_id: str) -> Response:
         """remove_queued_turn: a queued turn ends cancelled (outcome ``removed``); 409 for a
         turn that is not queued."""
@@ -157,7 +179,11 @@ class TurnCancelView(TurnScopedView):
 
 
 class TurnPromoteView(TurnScopedView):
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="turns_promote")
+    @extend_schema(
+        request=None,
+        responses={200: OpenApiTypes.OBJECT, 409: NOT_QUEUED},
+        operation_id="turns_promote",
+    )
     def post(self, request: Request, turn_id: str) -> Response:
         """promote_queued_turn: the queued turn moves to the front of its thread's queue;
         409 for a turn that is not queued."""
@@ -291,8 +317,8 @@ class TurnStreamView(TurnScopedView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
-                                        description="Server-Sent Events of the turn")},
+        responses={(200, "text/event-stream"): OpenApiResponse(
+            SSE_EVENT, description="Server-Sent Events of the turn")},
         operation_id="turns_stream",
     )  # fmt: skip
     def get(self, request: Request, turn_id: str) -> HttpResponseBase:

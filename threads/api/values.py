@@ -11,12 +11,14 @@ from typing import Any
 from django.db import transaction
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound, ValidationFailed
+from common.pagination import MAX_OFFSET
+from common.schema import error_response
 from threads.api.base import ThreadScopedView
 from threads.services.values import (
     MAX_LIST_LIMIT,
@@ -36,7 +38,7 @@ def value_json(item: StoredValue) -> dict[str, Any]:
 class ValueListQuery(serializers.Serializer[Any]):
     search = serializers.CharField(required=False, allow_blank=True)
     limit = serializers.IntegerField(min_value=0, max_value=MAX_LIST_LIMIT, default=100)
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
 
 
 class ValueListView(ThreadScopedView):
@@ -53,6 +55,15 @@ class ValueListView(ThreadScopedView):
             {"values": [value_json(item) for item in items], "total": total,
              "limit": limit, "offset": offset, "search": search}
         )  # fmt: skip
+
+
+class ValuePutInput(serializers.Serializer[Any]):
+    """The body of ``PUT kv/<key>`` as documented (``_put_body`` reads it)."""
+
+    value = serializers.JSONField(help_text="any JSON value; null deletes the key (204)")
+    previous_key = serializers.CharField(
+        required=False, help_text="rename this key to the URL's first"
+    )
 
 
 def _put_body(data: object) -> tuple[Any, str | None]:
@@ -75,7 +86,14 @@ class ValueDetailView(ThreadScopedView):
             raise NotFound(f"no KV key {key!r} in this thread")
         return Response(value_json(item))
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        request=ValuePutInput,
+        responses={
+            200: OpenApiTypes.OBJECT,
+            204: OpenApiResponse(description="`value` was null: the key is deleted"),
+            409: error_response(409, "`previous_key` renames to a key that exists"),
+        },
+    )
     def put(self, request: Request, thread_id: str, key: str) -> Response:
         """Set ``value`` (``null`` deletes: 204). With ``previous_key``, rename it to ``key``
         first, then set the value."""

@@ -238,7 +238,7 @@ def _write(thread: Thread, rows: Sequence[_Row]) -> int | None:
         (_groups(thread, item.kind), item.envelope(thread, last - len(rows) + 1 + n, session_id))
         for n, item in enumerate(rows)
     ]
-    transaction.on_commit(lambda: broadcast_many(sent))
+    transaction.on_commit(lambda: broadcast_many(sent), robust=True)
     return last
 
 

@@ -1,5 +1,8 @@
 """``drive_thread``: the holder of a thread's lock runs its flows until the inbox is empty.
 
+0. Take one of the tenant's flow slots in this worker (``FLOWS_PER_TENANT``), so one
+   tenant never holds every slot; when all are in use, return: its turns stay queued, and
+   the thread is woken again when one of the tenant's flows here ends (or by the sweeper).
 1. Take the per-thread Redis lock (never wait: the holder drains the inbox anyway) and
    the next fence; a heartbeat renews the lock and relays stop/terminate signals.
 2. If the previous holder died mid-flow, close its open calls and resume its side.
@@ -14,21 +17,27 @@ The beat sweeper re-enqueues threads with work (or a dead flow) and no live lock
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import uuid
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from agents.providers.base import AbortSignal
+from common.outages import OUTAGE_ERRORS
 from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread, Turn
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.stops import StopReason
 from threads.services import wakeups
 from threads.services.control import active_turn, child_close, interrupted_turn_end
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
-from threads.services.lock import Heartbeat, lock_acquire, lock_is_held
+from threads.services.lock import Heartbeat, ThreadLock, lock_acquire, lock_is_held
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import thread_rest, turn_fail_crashed
@@ -38,6 +47,12 @@ logger = logging.getLogger(__name__)
 
 INTERRUPTED = "Interrupted: the worker running this flow stopped before the tool call finished"
 SWEEP_BATCH = 1000
+# Flows running per tenant in this process (tenant_slot).
+_slots: Counter[str] = Counter()
+# Threads refused a slot, per tenant, in the order they were refused (an ordered set).
+_refused: defaultdict[str, OrderedDict[str, None]] = defaultdict(OrderedDict)
+_slots_guard = threading.Lock()
+MAX_OUTAGE_BACKOFF_S = 30
 
 
 @dataclass
@@ -46,6 +61,8 @@ class DriveResult:
     fence: int | None = None
     reasons: list[StopReason] = field(default_factory=list)
     stale: bool = False
+    deferred: bool = False  # the tenant's flow slots in this worker were all in use
+    outage: bool = False  # an outage paused the flow; its turn waits to be resumed
 
 
 def thread_drive(
@@ -54,16 +71,67 @@ def thread_drive(
     tenant_id: uuid.UUID | str | None = None,
     runtime: Runtime | None = None,
     parent_abort: AbortSignal | None = None,
+    attempt: int = 0,
 ) -> DriveResult:
     """Run ``thread_id``'s pending work if no one else is; see the module docstring.
     Idempotent: a duplicate delivery finds the lock taken or the inbox empty. ``tenant_id``
     (the thread's, as the wake-up carries it) saves reading it first. ``parent_abort``: a
-    blocking subagent call drives its child here; stopping the parent's flow stops it."""
+    blocking subagent call drives its child here; stopping the parent's flow stops it.
+    ``attempt`` counts the drives in a row that an outage cut short (see
+    :func:`outage_backoff_s`)."""
     if tenant_id is None:
         tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
         if tenant_id is None:
             return DriveResult(acquired=False)
-    lock = lock_acquire(tenant_id=tenant_id, thread_id=thread_id, note_if_held=True)
+    if parent_abort is not None:  # a blocking subagent call: it runs in its parent's slot
+        return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
+    with tenant_slot(tenant_id, thread_id) as granted:
+        if not granted:
+            return DriveResult(acquired=False, deferred=True)
+        return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
+
+
+@contextlib.contextmanager
+def tenant_slot(tenant_id: Any, thread_id: Any = None) -> Iterator[bool]:
+    """One of the tenant's ``FLOWS_PER_TENANT`` flow slots in this process for the block.
+    Yields False (and takes nothing) when they are all in use; ``thread_id`` is then woken,
+    in turn with the tenant's other refused threads, as soon as one of its slots is free."""
+    key = str(tenant_id)
+    with _slots_guard:
+        granted = _slots[key] < settings.FLOWS_PER_TENANT
+        if granted:
+            _slots[key] += 1
+        elif thread_id is not None and str(thread_id) not in _refused[key]:
+            _refused[key][str(thread_id)] = None
+    try:
+        yield granted
+    finally:
+        if granted:
+            with _slots_guard:
+                _slots[key] -= 1
+                if not _slots[key]:
+                    del _slots[key]
+                waiting = _refused.get(key)
+                woken = waiting.popitem(last=False)[0] if waiting else None
+                if waiting is not None and not waiting:
+                    del _refused[key]
+            if woken is not None:
+                wakeups.wake_thread(woken, tenant_id)
+
+
+def _drive(
+    thread_id: Any,
+    tenant_id: Any,
+    runtime: Runtime | None,
+    parent_abort: AbortSignal | None,
+    attempt: int,
+) -> DriveResult:
+    try:
+        lock = lock_acquire(tenant_id=tenant_id, thread_id=thread_id, note_if_held=True)
+    except OUTAGE_ERRORS as error:
+        logger.warning("thread %s: the lock store is unreachable (%s)", thread_id, error)
+        _retry(thread_id, tenant_id, attempt)
+        return DriveResult(acquired=False, outage=True)
     if lock is None:  # the holder finds our note when it releases, and wakes the thread
         return DriveResult(acquired=False)
     result = DriveResult(acquired=True)
@@ -87,13 +155,44 @@ def thread_drive(
     except StaleFence as error:
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
+    except OUTAGE_ERRORS as error:
+        # Redis or PostgreSQL went away: the turn stays active, to be taken over and
+        # resumed by the retry below (or the sweeper) as after a crash.
+        logger.warning("thread %s: drive cut short by an outage: %s", thread_id, error)
+        connection.close()  # the next statement opens a fresh connection
+        result.outage = True
     finally:
         if unlink is not None:
             unlink()
-        lock.release()
-    if lock.woken:
+        _release(lock, result)
+    if result.outage:
+        _retry(thread_id, tenant_id, attempt)
+    elif lock.woken:
         wakeups.wake_thread(thread_id, tenant_id)
     return result
+
+
+def outage_backoff_s(attempt: int) -> float:
+    """How long a thread whose drive an outage cut short waits before the next: 1 s, doubling
+    up to :data:`MAX_OUTAGE_BACKOFF_S`."""
+    return float(min(MAX_OUTAGE_BACKOFF_S, 2**attempt))
+
+
+def _retry(thread_id: Any, tenant_id: Any, attempt: int) -> None:
+    """Drive the thread again after the backoff; when even that cannot be sent (the broker is
+    down too), the sweeper wakes it once the outage is over."""
+    wakeups.wake_thread(
+        thread_id, tenant_id, countdown=outage_backoff_s(attempt), attempt=attempt + 1
+    )
+
+
+def _release(lock: ThreadLock, result: DriveResult) -> None:
+    """Release the lock; when Redis is unreachable it expires on its own."""
+    try:
+        lock.release()
+    except OUTAGE_ERRORS as error:
+        logger.warning("lock %s not released (%s); it expires on its own", lock.key, error)
+        result.outage = True
 
 
 def _lock_lost(thread: Thread, fence: int, abort: AbortSignal) -> None:
@@ -152,7 +251,9 @@ def _run_flows(
                 drive=thread_drive,
             )  # fmt: skip
             reason = flow.run()
-        except StaleFence:
+        except (StaleFence, *OUTAGE_ERRORS):
+            # An outage is not the turn's fault: it stays active, and the next drive takes it
+            # over as after a crash (thread_drive).
             raise
         except Exception as error:
             # A bug or a broken definition: the turn and the thread show "failed" and wait
@@ -166,9 +267,10 @@ def _run_flows(
                 turn.refresh_from_db()
                 if session_end(child=thread, turn=turn, reason=str(reason)):
                     child_close(child=thread)
-            flow = None
+            # The turns queued behind it are requests of their own: they run next.
+            flow, next_turn_id, pending = None, None, True
         result.reasons.append(reason)
-        if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED, StopReason.STEP_ERROR):
+        if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED):
             return
 
 

@@ -81,7 +81,7 @@ def thread_stop(*, thread: Thread) -> StopResult:
         Thread.objects.filter(pk=thread.pk).update(stop_requested=True, updated_at=now_us())
         thread.stop_requested = True
         if running is not None:
-            transaction.on_commit(lambda: _signal(thread, "stop"))
+            transaction.on_commit(lambda: _signal(thread, "stop"), robust=True)
     if running is not None:
         _finish_without_flow(thread)
     return StopResult(running, parked)
@@ -209,7 +209,7 @@ def thread_terminate(*, thread: Thread, keep_status: bool = False) -> bool:
         turns_cancel_waiting(thread=thread, outcome="terminated")
         running = active_turn(thread=thread)
         if running is not None:
-            transaction.on_commit(lambda: _signal(thread, "terminate"))
+            transaction.on_commit(lambda: _signal(thread, "terminate"), robust=True)
         elif keep_status:
             thread_settle(thread=thread)
         else:

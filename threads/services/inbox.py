@@ -119,7 +119,8 @@ def turn_cancel_request(*, thread: Thread, turn: Turn, mode: str) -> None:
     turn.cancel_requested = mode
     tenant_id, thread_id = thread.tenant_id, thread.pk
     transaction.on_commit(
-        lambda: control_send(tenant_id=tenant_id, thread_id=thread_id, signal="cancel")
+        lambda: control_send(tenant_id=tenant_id, thread_id=thread_id, signal="cancel"),
+        robust=True,
     )
 
 

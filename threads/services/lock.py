@@ -46,17 +46,17 @@ logger = logging.getLogger(__name__)
 
 Id: TypeAlias = UUID | str
 
-LOCK_TTL_MS: Final = 15_000
+LOCK_TTL_MS: Final = 4_000
 RENEW_EVERY_MS: Final = LOCK_TTL_MS // 3
 CONTROL_TTL_MS: Final = 60_000
 CONTROL_SIGNALS: Final = frozenset({"stop", "terminate", "cancel"})
 
 # A stalled call fails well inside LOCK_TTL_MS, so the heartbeat can retry and still notice
 # in time that the lock is lost.
-_SOCKET_TIMEOUT_S: Final = 5.0
-_CONNECT_TIMEOUT_S: Final = 2.0
+_SOCKET_TIMEOUT_S: Final = 1.5
+_CONNECT_TIMEOUT_S: Final = 1.0
 # One BLPOP blocks at most this long, so it never runs into the socket timeout.
-_MAX_BLOCK_S: Final = 2.0
+_MAX_BLOCK_S: Final = 1.0
 # The key that wakes a blocked heartbeat on exit outlives it only if the heartbeat had
 # already stopped; it then vanishes on its own.
 _WAKE_TTL_MS: Final = 10_000

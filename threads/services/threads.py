@@ -166,7 +166,9 @@ def thread_delete(*, thread: Thread) -> int:
     doomed = [Thread(id=row.id, tenant_id=row.tenant_id) for row in [thread, *_descendants(thread)]]
     thread.delete()  # rows of children and everything owned cascade
     for gone in doomed:
-        transaction.on_commit(lambda gone=gone: file_delete_all(thread=gone))  # type: ignore[misc]
+        transaction.on_commit(lambda gone=gone: file_delete_all(thread=gone), robust=True)  # type: ignore[misc]
     root = doomed[0]
-    transaction.on_commit(lambda: publish(root, "thread.deleted", {"id": str(root.id)}))
+    transaction.on_commit(
+        lambda: publish(root, "thread.deleted", {"id": str(root.id)}), robust=True
+    )
     return len(doomed)

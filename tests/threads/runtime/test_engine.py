@@ -6,9 +6,10 @@ from typing import Any
 
 from agents.providers.base import AbortSignal
 from agents.registry import HookName, hook
+from tenancy.models import Tenant
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Log, Message, Thread, Turn
-from threads.runtime.driver import thread_drive
+from threads.runtime.driver import tenant_slot, thread_drive
 from threads.runtime.engine import Flow
 from threads.runtime.stops import StopReason
 from threads.services.fence import fence_acquire
@@ -147,3 +148,34 @@ def test_a_drive_nobody_else_asked_for_wakes_nothing(engine: Engine, wakes: list
 
     assert wakes == []
     assert engine.history(thread) == [("user", "hello"), ("assistant", "first")]
+
+
+# Per-tenant flow slots -------------------------------------------------------------------
+
+
+def test_a_tenant_with_every_flow_slot_in_use_waits_while_another_tenant_runs(
+    engine: Engine, other_tenant: Tenant, settings: Any, wakes: list[str]
+) -> None:
+    settings.FLOWS_PER_TENANT = 1
+    engine.define(prompts=[prompt("p")], agents=[{"name": "a", "side_a": {"prompt": "p"}}])
+    thread = engine.thread("a")
+    engine.send(thread, "hello")
+    other = Engine(tenant=other_tenant, registry=engine.registry)
+    other.define(prompts=[prompt("p")], agents=[{"name": "a", "side_a": {"prompt": "p"}}])
+    other_thread = other.thread("a")
+    other.script.text("answered")
+    other.send(other_thread, "hello")
+
+    with tenant_slot(engine.tenant.id) as granted:  # the tenant's one flow runs
+        assert granted
+        waiting = engine.drive(thread)
+        running = other.drive(other_thread)
+
+    assert wakes == [str(thread.pk)], "the refused thread is woken once the slot is free"
+    assert (waiting.acquired, waiting.deferred) == (False, True)
+    assert Turn.objects.get(thread=thread).status == "queued"
+    assert running.acquired
+    assert Turn.objects.get(thread=other_thread).status == "completed"
+    engine.script.text("answered too")
+    assert engine.drive(thread).acquired, "a freed slot lets the next drive run"
+    assert Turn.objects.get(thread=thread).status == "completed"

@@ -821,3 +821,19 @@ def test_thread_state_terminate_is_idempotent(engine: Engine) -> None:
     assert thread.terminated_at == first
     assert (thread.status, thread.terminated_at is not None) == ("cancelled", True)
     assert thread_terminate(thread=thread) is False
+
+
+def test_a_failed_turn_does_not_strand_the_turns_queued_behind_it(engine: Engine) -> None:
+    thread = helper(engine)
+    engine.script.error("model overloaded", code="overloaded", status=400, retryable=False)
+    engine.script.text("second answered")
+    engine.send(thread, "first")
+    engine.send(thread, "second")
+
+    result = engine.drive(thread)
+
+    assert result.reasons == [StopReason.STEP_ERROR, StopReason.STOP_ON_RESPONSE]
+    outcomes = list(Turn.objects.filter(thread=thread).order_by("position").values_list("status"))
+    assert outcomes == [("failed",), ("completed",)]
+    assert rows(thread)[-1] == ("assistant", "a", "second answered", "")
+    assert thread.status != "failed"

@@ -124,7 +124,7 @@ def _delete_after_commit(keys: Iterable[str]) -> None:
             _delete_quietly(key)
 
     if doomed:
-        transaction.on_commit(delete)
+        transaction.on_commit(delete, robust=True)
 
 
 def _image_size(key: str) -> tuple[int | None, int | None]:

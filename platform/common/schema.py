@@ -1,0 +1,109 @@
+"""The OpenAPI schema's error responses: one ``Error`` component, and the statuses every
+operation can answer whatever its view does, added to each operation's own.
+
+Which statuses follow from what an operation has, not from its view:
+
+* 400 for every operation: a URL holding a NUL character or too many query parameters is
+  refused before any view runs (:func:`common.api.api_url_check`), and a query or body
+  that breaks a rule is refused by the view.
+* 503 for every operation: PostgreSQL or Redis is unreachable (``Retry-After`` says when
+  to try again).
+* 401 and 403 when the operation needs credentials (an unidentified caller; a role too
+  low, or a session write without its CSRF token).
+* 404 when the path has parameters (no such object for this tenant).
+* 408, 413 and 415 when the operation takes a body (it did not arrive in time, it is too
+  large, or it is in a media type the operation does not parse).
+
+A view declares the others it can answer (409, 410, ...) with :func:`error_responses`. Every
+status from 400 up is documented with the error body, whatever a view declared for it: the
+one exception handler answers nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+
+ERROR_DESCRIPTIONS = {
+    400: "The input breaks a rule or cannot be parsed; `field` names where",
+    401: "The caller could not be identified",
+    403: "The caller's role is too low, or a session write lacks its CSRF token",
+    404: "No such object for this tenant",
+    408: "The request body did not arrive in time",
+    409: "The object's state forbids the operation",
+    410: "The object expired",
+    413: "The body, or a size or count it holds, exceeds a cap (the message names it)",
+    415: "The body's media type is not one this operation parses",
+    429: "Too many at once; retry after `Retry-After` seconds",
+    503: "A service the operation needs is unavailable; retry later",
+}
+
+
+class ErrorDetailOutput(serializers.Serializer[Any]):
+    code = serializers.CharField(help_text="stable, machine-readable (`invalid`, `not_found`, …)")
+    message = serializers.CharField(help_text="for people; names the field or the cap")
+    field = serializers.CharField(
+        required=False, help_text="where the problem is: `metadata.note`, `tools[2].name`"
+    )
+    details = serializers.JSONField(
+        required=False, help_text="more about the problem (a validation tree, every problem)"
+    )
+
+
+class ErrorOutput(serializers.Serializer[Any]):
+    """Every error the API answers: ``{"error": {"code", "message", "field"?, "details"?}}``."""
+
+    error = ErrorDetailOutput()
+
+
+def error_response(status: int, description: str | None = None) -> OpenApiResponse:
+    """An ``extend_schema(responses=...)`` entry: ``status`` with the error body, described
+    by ``description`` or the status's usual meaning."""
+    return OpenApiResponse(
+        ErrorOutput, description=description or ERROR_DESCRIPTIONS.get(status, "An error")
+    )
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """``extend_schema(responses=...)`` entries for error statuses a view answers besides
+    those every operation of its kind can (see the module docstring)."""
+    return {status: error_response(status) for status in statuses}
+
+
+class AutoSchema(SpectacularAutoSchema):
+    """drf-spectacular's AutoSchema plus the error statuses each operation can answer."""
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        if direction != "response":
+            return responses
+        for code, declared in responses.items():
+            if code.isdigit() and int(code) >= 400:
+                error = error_response(int(code), declared.get("description"))
+                responses[code] = self._rendered(error, code, direction)
+        for status, response in error_responses(*self._error_statuses()).items():
+            if str(status) not in responses:
+                responses[str(status)] = self._rendered(response, str(status), direction)
+        return dict(sorted(responses.items()))
+
+    def _rendered(self, response: OpenApiResponse, code: str, direction: Any) -> Any:
+        return self._get_response_for_code(  # type: ignore[no-untyped-call]
+            response, code, None, direction
+        )
+
+    def _error_statuses(self) -> list[int]:
+        statuses = [400, 503]
+        if not all(isinstance(p, AllowAny) for p in self.view.get_permissions()):
+            statuses += [401, 403]
+        if "{" in self.path:
+            statuses.append(404)
+        if self.method in ("POST", "PUT", "PATCH") and self._takes_body():
+            statuses += [408, 413, 415]
+        return statuses
+
+    def _takes_body(self) -> bool:
+        return self._get_request_body() is not None  # type: ignore[no-untyped-call]

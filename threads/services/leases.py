@@ -1,0 +1,114 @@
+"""Counted leases: at most ``limit`` holders of one of a tenant's names at once, across every
+process (the per-tenant cap on ``POST …/run-code``, ``threads.services.code``).
+
+Contracts:
+
+* The leases of a name live in one Redis sorted set, ``<tenant>:leases:<name>``: a member per
+  lease (a random token), scored with the time the lease expires, read from Redis's clock so
+  that processes with skewed clocks agree.
+* :func:`lease_acquire` is one Lua script: drop the expired leases, count the rest, add one if
+  fewer than ``limit`` are held. It never waits; over the limit it raises
+  :class:`LeaseLimitReached`, which says when the oldest lease ends at the latest.
+* A holder releases its lease (:meth:`Lease.release`) once its work is over, also when that
+  work failed or was cancelled. A lease that is never released (a crashed or stuck process)
+  expires ``ttl_ms`` after it was taken, so a slot cannot leak for longer; the holder's work
+  must be bounded by that time (run-code's is: the endpoint budget terminates it).
+* The set itself expires with its last lease, so an idle tenant leaves nothing in Redis.
+
+Thread-safe; a call fails within the client's socket timeout when Redis does not answer
+(``threads.services.lock.redis_client``), as a :class:`redis.RedisError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Final, cast
+from uuid import UUID
+
+import redis
+
+from threads.services.lock import redis_client
+
+logger = logging.getLogger(__name__)
+
+# Returns {1, held} when a lease was added, {0, held, ms until the oldest lease expires} when
+# ``limit`` are held already.
+_ACQUIRE_LUA: Final = """
+local clock = redis.call("TIME")
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+local held = redis.call("ZCARD", KEYS[1])
+if held >= tonumber(ARGV[2]) then
+    local oldest = redis.call("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
+    return {0, held, tonumber(oldest[2]) - now}
+end
+redis.call("ZADD", KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+redis.call("PEXPIREAT", KEYS[1], last[2])
+return {1, held + 1}
+"""
+
+# Returns how many live leases the name has (expired ones are dropped first).
+_COUNT_LUA: Final = """
+local clock = redis.call("TIME")
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+return redis.call("ZCARD", KEYS[1])
+"""
+
+
+class LeaseLimitReached(Exception):
+    """``limit`` leases of the name are held; the oldest ends within ``retry_after_s``."""
+
+    def __init__(self, *, limit: int, retry_after_s: int) -> None:
+        super().__init__(f"{limit} lease(s) held; retry after {retry_after_s} s")
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False)
+class Lease:
+    """One held slot, returned by :func:`lease_acquire`; only its holder releases it."""
+
+    key: str
+    token: str
+
+    def release(self) -> bool:
+        """Give the slot back; True when it was still held (False: it had expired, or was
+        released before). Never raises: when Redis cannot answer, the failure is logged and
+        the lease ends at its expiry instead."""
+        try:
+            return bool(redis_client().zrem(self.key, self.token))
+        except redis.RedisError:
+            logger.warning("could not release lease %s; it will expire", self.key, exc_info=True)
+            return False
+
+
+def lease_key(*, tenant_id: UUID | str, name: str) -> str:
+    return f"{tenant_id}:leases:{name}"
+
+
+def lease_acquire(*, tenant_id: UUID | str, name: str, limit: int, ttl_ms: int) -> Lease:
+    """Take one of the tenant's ``limit`` slots of ``name`` for at most ``ttl_ms``; never
+    waits. Raises :class:`LeaseLimitReached` when all are held, ``ValueError`` for a limit
+    or ttl below 1, ``redis.RedisError`` when Redis cannot answer."""
+    if limit < 1 or ttl_ms < 1:
+        raise ValueError(f"limit and ttl_ms must be at least 1, got {limit} and {ttl_ms}")
+    key = lease_key(tenant_id=tenant_id, name=name)
+    token = secrets.token_hex(16)
+    answer = cast(
+        list[int], redis_client().eval(_ACQUIRE_LUA, 1, key, token, str(limit), str(ttl_ms))
+    )
+    if answer[0] == 1:
+        return Lease(key=key, token=token)
+    retry_after_s = max(1, math.ceil(answer[2] / 1000))
+    raise LeaseLimitReached(limit=limit, retry_after_s=retry_after_s)
+
+
+def lease_count(*, tenant_id: UUID | str, name: str) -> int:
+    """How many leases of the tenant's ``name`` are held now (a snapshot)."""
+    key = lease_key(tenant_id=tenant_id, name=name)
+    return int(cast(int, redis_client().eval(_COUNT_LUA, 1, key)))
