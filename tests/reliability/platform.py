@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import itertools
 import json
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +186,88 @@ def _worker_start(log_path: Path, overrides: Mapping[str, str], concurrency: int
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     return Worker(process=process, queue="celery", log_path=log_path, queue_deleted=True)
+
+
+# A client through outages ------------------------------------------------------------------
+
+
+def chat_bundle(rules: list[Json], **prompt: Any) -> Json:
+    """A bundle with agent ``chat``: side A is prompt ``p`` on the scripted model ``m``
+    answering by ``rules``; ``prompt`` adds fields to ``p`` (its tools, say)."""
+    return {
+        "version": 1,
+        "models": [{"name": "m", "provider": "scripted", "model_id": "scripted",
+                    "config": {"rules": rules}}],
+        "prompts": [{"name": "p", "tool_description": "The chat prompt", "prompt": "You help.",
+                     "model": "m", "include_chat": True, **prompt}],
+        "agents": [{"name": "chat", "side_a": {"prompt": "p"}}],
+    }  # fmt: skip
+
+
+@dataclass
+class Post:
+    """One message a client means to post once, retried with its key until accepted."""
+
+    thread_id: str
+    text: str
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
+    statuses: list[int] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return 202 in self.statuses
+
+
+def post_once(platform: Platform, api_key: str, post: Post) -> None:
+    """One attempt: a 202, or a 503 with ``Retry-After`` and the error shape; nothing else."""
+    status, headers, body = platform.request(
+        "POST", f"/api/v1/threads/{post.thread_id}/messages", key=api_key,
+        body={"content": post.text}, headers={"Idempotency-Key": post.key},
+    )  # fmt: skip
+    post.statuses.append(status)
+    assert status in (202, 503), f"POST answered {status}: {body}"
+    if status == 503:
+        assert int(headers["retry-after"]) >= 1, headers
+        assert body["error"]["code"] == "unavailable", body
+
+
+def outage_rounds(
+    platform: Platform,
+    api_key: str,
+    threads: list[str],
+    *,
+    rounds: int,
+    outage: Callable[[], None],
+    down_after_s: float,
+) -> list[Post]:
+    """``rounds`` times: a message to every thread, then ``outage()`` (a restart) while
+    flows run, two more messages ``down_after_s`` into it, then a client's retries with the
+    same key until each is accepted (plus one retry of an accepted post, which must not
+    make a second message). Workers and beat must stay up. Returns every post."""
+    posts: list[Post] = []
+    counter = itertools.count()
+    with ThreadPoolExecutor(max_workers=len(threads) + 1) as pool:
+        for _round in range(rounds):
+            batch = [Post(thread_id, f"m{next(counter)}") for thread_id in threads]
+            sent = [pool.submit(post_once, platform, api_key, post) for post in batch]
+            time.sleep(0.2)  # flows are in flight
+            restart = pool.submit(outage)
+            time.sleep(down_after_s)
+            during = [Post(thread_id, f"m{next(counter)}") for thread_id in threads[:2]]
+            sent += [pool.submit(post_once, platform, api_key, post) for post in during]
+            restart.result()
+            for future in sent:
+                future.result()
+            posts += batch + during
+            for post in [p for p in posts if not p.accepted] + posts[-1:]:
+                deadline = time.monotonic() + 30
+                while True:
+                    post_once(platform, api_key, post)
+                    if post.accepted or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+                assert post.accepted, f"{post.text} still refused: {post.statuses}"
+            for worker in platform.workers:
+                assert worker.alive, f"a worker exited:\n{worker.log()[-4000:]}"
+            assert platform.beat.poll() is None, "beat exited"
+    return posts

@@ -10,16 +10,13 @@ again; everything is read back through the API.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +24,13 @@ import pytest
 
 from config import env
 from config.devservices import EmbeddedPostgres
-from tests.reliability.platform import Platform, platform_processes, private_redis
+from tests.reliability.platform import (
+    Platform,
+    chat_bundle,
+    outage_rounds,
+    platform_processes,
+    private_redis,
+)
 
 pytestmark = pytest.mark.reliability
 
@@ -35,15 +38,7 @@ ROUNDS = 3
 THREADS = 4
 DOWN_S = 3.0
 SETTLE_TIMEOUT_S = 120.0
-BUNDLE = {
-    "version": 1,
-    "models": [{"name": "m", "provider": "scripted", "model_id": "scripted",
-                "config": {"rules": [{"respond": {"text": "ok: {last_user_message}",
-                                                  "delay_ms": 300}}]}}],
-    "prompts": [{"name": "p", "tool_description": "The chat prompt", "prompt": "You help.",
-                 "model": "m", "include_chat": True}],
-    "agents": [{"name": "chat", "side_a": {"prompt": "p"}}],
-}  # fmt: skip
+BUNDLE = chat_bundle([{"respond": {"text": "ok: {last_user_message}", "delay_ms": 300}}])
 SEED = """
 import django; django.setup()
 from tests.factories import make_api_key, make_tenant
@@ -108,30 +103,6 @@ def platform(
         yield started
 
 
-@dataclass
-class Post:
-    thread_id: str
-    text: str
-    key: str = field(default_factory=lambda: uuid.uuid4().hex)
-    statuses: list[int] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> bool:
-        return 202 in self.statuses
-
-
-def _post(platform: Platform, api_key: str, post: Post) -> None:
-    status, headers, body = platform.request(
-        "POST", f"/api/v1/threads/{post.thread_id}/messages", key=api_key,
-        body={"content": post.text}, headers={"Idempotency-Key": post.key},
-    )  # fmt: skip
-    post.statuses.append(status)
-    assert status in (202, 503), f"POST answered {status}: {body}"
-    if status == 503:
-        assert int(headers["retry-after"]) >= 1
-        assert body["error"]["code"] == "unavailable"
-
-
 def _get(platform: Platform, api_key: str, path: str) -> Any:
     status, _, body = platform.request("GET", path, key=api_key)
     assert status == 200, body
@@ -151,32 +122,10 @@ def test_postgres_restarts_lose_nothing_and_answer_no_500(
         )
         assert status == 201, created
         threads.append(created["id"])
-    posts: list[Post] = []
-    counter = itertools.count()
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
-        for _round in range(ROUNDS):
-            batch = [Post(thread_id, f"m{next(counter)}") for thread_id in threads]
-            posts.extend(batch)
-            sent = [pool.submit(_post, platform, api_key, post) for post in batch]
-            time.sleep(0.2)
-            outage = pool.submit(postgres.restart, down_s=DOWN_S)
-            time.sleep(1.0)  # PostgreSQL is down now
-            during = [Post(thread_id, f"m{next(counter)}") for thread_id in threads[:2]]
-            posts.extend(during)
-            sent += [pool.submit(_post, platform, api_key, post) for post in during]
-            outage.result()
-            for future in sent:
-                future.result()
-            for post in [p for p in posts if not p.accepted] + posts[-1:]:
-                deadline = time.monotonic() + 30
-                while True:
-                    _post(platform, api_key, post)
-                    if post.accepted or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.5)
-                assert post.accepted, f"{post.text} still refused: {post.statuses}"
-            assert platform.worker.alive, platform.worker.log()[-4000:]
-            assert platform.beat.poll() is None, "beat died"
+    posts = outage_rounds(
+        platform, api_key, threads, rounds=ROUNDS, down_after_s=1.0,
+        outage=lambda: postgres.restart(down_s=DOWN_S),
+    )  # fmt: skip
 
     assert any(503 in post.statuses for post in posts), "no POST met the outage"
     deadline = time.monotonic() + SETTLE_TIMEOUT_S

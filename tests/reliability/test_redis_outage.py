@@ -9,19 +9,21 @@ test's own that it stops and starts again (append-only persistence on, as in pro
 
 from __future__ import annotations
 
-import itertools
 import time
-import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import pytest
 
 from agents.bundles import bundle_import
-from tenancy.models import Tenant
 from tests.factories import make_api_key, make_tenant
-from tests.reliability.platform import Platform, PrivateRedis, platform_processes, private_redis
+from tests.reliability.platform import (
+    Platform,
+    PrivateRedis,
+    chat_bundle,
+    outage_rounds,
+    platform_processes,
+    private_redis,
+)
 from threads.models import TURN_TERMINAL, Message, MessageRole, RunStatus, Thread, Turn
 from threads.services.threads import thread_create
 
@@ -51,79 +53,18 @@ def platform(
         yield started
 
 
-@dataclass
-class Post:
-    """One message a client means to post once, retried with its key until accepted."""
-
-    thread_id: str
-    text: str
-    key: str = field(default_factory=lambda: uuid.uuid4().hex)
-    statuses: list[int] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> bool:
-        return 202 in self.statuses
-
-
-def _define(tenant: Tenant) -> None:
-    bundle_import(
-        tenant=tenant,
-        document={
-            "version": 1,
-            "models": [{"name": "m", "provider": "scripted", "model_id": "scripted",
-                        "config": {"rules": [{"respond": {"text": ANSWER, "delay_ms": 300}}]}}],
-            "prompts": [{"name": "p", "tool_description": "The chat prompt",
-                         "prompt": "You help.", "model": "m", "include_chat": True}],
-            "agents": [{"name": "chat", "side_a": {"prompt": "p"}}],
-        },
-    )  # fmt: skip
-
-
-def _post(platform: Platform, key: str, post: Post) -> None:
-    status, headers, body = platform.request(
-        "POST", f"/api/v1/threads/{post.thread_id}/messages", key=key,
-        body={"content": post.text}, headers={"Idempotency-Key": post.key}, timeout=30,
-    )  # fmt: skip
-    post.statuses.append(status)
-    assert status in (202, 503), f"POST answered {status}: {body}"
-    if status == 503:
-        assert int(headers["retry-after"]) >= 1, headers
-        assert body["error"]["code"], body
-
-
 def test_redis_restarts_lose_nothing_and_stop_no_process(platform: Platform) -> None:
     tenant = make_tenant("outage")
-    _define(tenant)
+    bundle_import(
+        tenant=tenant, document=chat_bundle([{"respond": {"text": ANSWER, "delay_ms": 300}}])
+    )
     key = make_api_key(tenant).secret
     threads = [str(thread_create(tenant=tenant, agent_name="chat").pk) for _ in range(THREADS)]
-    posts: list[Post] = []
-    counter = itertools.count()
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
-        for _round in range(ROUNDS):
-            batch = [Post(thread_id, f"m{next(counter)}") for thread_id in threads]
-            posts.extend(batch)
-            sent = [pool.submit(_post, platform, key, post) for post in batch]
-            time.sleep(0.2)  # flows are in flight (each model call takes 300 ms)
-            outage = pool.submit(platform.redis.restart, down_s=DOWN_S)
-            during = [Post(thread_id, f"m{next(counter)}") for thread_id in threads[:2]]
-            posts.extend(during)
-            time.sleep(0.5)  # the server is down now: these land in the outage
-            sent += [pool.submit(_post, platform, key, post) for post in during]
-            outage.result()
-            for future in sent:
-                future.result()
-            # A client retries what was refused, with the same key, until it is accepted;
-            # and retries one accepted post too, which must not make a second message.
-            for post in [p for p in posts if not p.accepted] + posts[-1:]:
-                deadline = time.monotonic() + 30
-                while True:
-                    _post(platform, key, post)
-                    if post.accepted or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.5)
-                assert post.accepted, f"{post.text} still refused: {post.statuses}"
-            assert platform.worker.alive, f"the worker died:\n{platform.worker.log()[-4000:]}"
-            assert platform.beat.poll() is None, "beat died"
+
+    posts = outage_rounds(
+        platform, key, threads, rounds=ROUNDS, down_after_s=0.5,
+        outage=lambda: platform.redis.restart(down_s=DOWN_S),
+    )  # fmt: skip
 
     _wait_settled(platform, threads)
     assert platform.worker.alive, f"the worker died:\n{platform.worker.log()[-4000:]}"

@@ -20,7 +20,13 @@ from websockets.sync.client import connect
 from agents.bundles import bundle_import
 from tenancy.models import Tenant
 from tests.factories import make_api_key, make_tenant
-from tests.reliability.platform import Platform, PrivateRedis, platform_processes, private_redis
+from tests.reliability.platform import (
+    Platform,
+    PrivateRedis,
+    chat_bundle,
+    platform_processes,
+    private_redis,
+)
 from tests.worker import Worker
 from threads.models import TURN_TERMINAL, Event, Message, MessageRole, RunStatus, Turn
 from threads.services.threads import thread_create
@@ -85,27 +91,19 @@ class Follower:
 
 
 def _define(tenant: Tenant) -> None:
-    bundle_import(
-        tenant=tenant,
-        document={
-            "version": 1,
-            "models": [{"name": "m", "provider": "scripted", "model_id": "scripted",
-                        "config": {"rules": [
-                            {"when": {"last_tool": "spin"}, "respond": {"text": "spun"}},
-                            {"when": {"last_user_contains": "spin"},
-                             "respond": {"tool_calls": [{"name": "spin", "arguments": {}}]}},
-                            {"respond": {"text": "ok: {last_user_message}",
-                                         "delay_ms": 1000}},
-                        ]}}],
-            "prompts": [{"name": "p", "tool_description": "The chat prompt",
-                         "prompt": "You help.", "model": "m", "include_chat": True,
-                         "tools": ["spin"]}],
-            "code_tools": [{"name": "spin", "description": "Spins the CPU for 2 s",
-                            "args_schema": {"type": "object", "properties": {}},
-                            "language": "typescript", "source": SPIN_JS}],
-            "agents": [{"name": "chat", "side_a": {"prompt": "p"}}],
-        },
+    document = chat_bundle(
+        [
+            {"when": {"last_tool": "spin"}, "respond": {"text": "spun"}},
+            {"when": {"last_user_contains": "spin"},
+             "respond": {"tool_calls": [{"name": "spin", "arguments": {}}]}},
+            {"respond": {"text": "ok: {last_user_message}", "delay_ms": 1000}},
+        ],
+        tools=["spin"],
     )  # fmt: skip
+    document["code_tools"] = [{"name": "spin", "description": "Spins the CPU for 2 s",
+                               "args_schema": {"type": "object", "properties": {}},
+                               "language": "typescript", "source": SPIN_JS}]  # fmt: skip
+    bundle_import(tenant=tenant, document=document)
 
 
 def _holder(platform: Platform, since: dict[int, int]) -> Worker:
