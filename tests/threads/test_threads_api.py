@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from agents.registry import Registry, thread_endpoint, use_registry
@@ -13,8 +15,10 @@ from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_thread
 from threads.models import Message, Thread
+from threads.services.files import file_write
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
+from threads.services.threads import thread_counts
 
 pytestmark = pytest.mark.django_db
 
@@ -254,3 +258,26 @@ def test_delete_removes_stored_bytes_of_the_thread_and_its_children(
 
     assert response.json() == {"deleted_threads": 2}
     assert [p for p in stored.rglob("*") if p.is_file()] == []
+
+
+def test_a_thread_counts_its_messages_logs_files_and_children_without_joining_them(
+    tenant: Tenant, member: APIClient
+) -> None:
+    thread = make_thread(tenant)
+    for text in ("one", "two", "three"):
+        message_inject(thread=thread, role="user", content=text)
+    for _ in range(2):
+        log_create(thread=thread, kind="model", data={})
+    file_write(thread=thread, path="/a.txt", data=b"x", mime_type="text/plain")
+    make_thread(tenant, parent=thread)
+
+    with CaptureQueriesContext(connection) as queries:
+        counts = thread_counts(thread=thread)
+    statements = [query["sql"] for query in queries.captured_queries]
+    body = member.get(f"/api/v1/threads/{thread.pk}").json()
+
+    assert counts == {"messages": 3, "logs": 2, "files": 1, "children": 1}
+    assert body["counts"] == counts
+    # Joining four tables multiplies their rows (400 messages x 400 logs took 160 ms).
+    assert len(statements) == 1
+    assert "JOIN" not in statements[0].upper()
