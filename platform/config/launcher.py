@@ -61,12 +61,18 @@ def _check_port_free(host: str, port: int) -> None:
             ) from error
 
 
+def web_options() -> list[str]:
+    """uvicorn's options for the platform (after the bind), wherever it is started."""
+    deflate = "true" if env.ws_compression() else "false"
+    return ["--lifespan", "off", "--ws-per-message-deflate", deflate]
+
+
 def _process_commands(host: str, port: int) -> dict[str, list[str]]:
     python = sys.executable
     var = env.var_dir()
     return {
         "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host,
-                "--port", str(port), "--lifespan", "off"],
+                "--port", str(port), *web_options()],
         "worker": [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
                    "--concurrency", str(env.celery_concurrency()), "--loglevel", "INFO",
                    "--hostname", "worker@%h", *WORKER_OPTIONS],
@@ -84,7 +90,7 @@ def background_server(overrides: Mapping[str, str] | None = None) -> Iterator[tu
         port: int = probe.getsockname()[1]
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
+         "--port", str(port), *web_options(), "--no-access-log", "--log-level", "warning"],
         cwd=env.REPO_DIR,
         env=env.child_environment(
             {"DJANGO_SETTINGS_MODULE": "config.settings", **(overrides or {})}

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from common.crypto import Keyring, encode_key, generate_key
 from config import env
+from config.launcher import web_options
 
 # Every variable config.env reads.
 ENV_VARS = (
@@ -24,6 +25,8 @@ ENV_VARS = (
     "PORT",
     "CELERY_CONCURRENCY",
     "CELERY_QUEUE",
+    "FLOWS_PER_TENANT",
+    "WS_COMPRESSION",
     "DB_POOL_SIZE",
     "STATIC_ROOT",
     "MEDIA_ROOT",
@@ -365,6 +368,21 @@ def test_celery_concurrency_must_be_positive(monkeypatch: pytest.MonkeyPatch) ->
 
     with pytest.raises(ImproperlyConfigured, match="CELERY_CONCURRENCY"):
         env.celery_concurrency()
+
+
+def test_flows_per_tenant_defaults_to_all_but_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert env.flows_per_tenant() == 7
+    monkeypatch.setenv("CELERY_CONCURRENCY", "1")
+    assert env.flows_per_tenant() == 1
+    monkeypatch.setenv("FLOWS_PER_TENANT", "3")
+    assert env.flows_per_tenant() == 3
+
+
+def test_web_sockets_are_not_compressed_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert web_options()[-2:] == ["--ws-per-message-deflate", "false"]
+    monkeypatch.setenv("WS_COMPRESSION", "true")
+
+    assert web_options()[-2:] == ["--ws-per-message-deflate", "true"]
 
 
 def test_celery_queue_defaults_to_celerys_own(monkeypatch: pytest.MonkeyPatch) -> None:
