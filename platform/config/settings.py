@@ -16,6 +16,10 @@ env.check_production()
 django_stubs_ext.monkeypatch()
 
 
+# psycopg's own default: a statement is prepared on its fifth run on one connection.
+PREPARE_THRESHOLD = 5
+
+
 def _database(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
@@ -29,6 +33,15 @@ def _database(url: str) -> dict[str, Any]:
     options.setdefault("pool", {"min_size": 1, "max_size": env.db_pool_size(), "timeout": 10})
     # A silent server must not hang a connection attempt forever (libpq waits unbounded).
     options.setdefault("connect_timeout", 5)
+    # Parameters travel apart from the statement, and psycopg prepares a statement once a
+    # connection has run it PREPARE_THRESHOLD times, so PostgreSQL stops parsing and
+    # planning it each time. ?server_side_binding=false turns both off (for a pooler that
+    # cannot keep prepared statements, such as PgBouncer in transaction mode before 1.21).
+    binding = options.get("server_side_binding", "true") not in ("false", "0", "no", "off")
+    options["server_side_binding"] = binding
+    options["prepare_threshold"] = int(options.get("prepare_threshold", PREPARE_THRESHOLD))
+    if not binding:
+        options["prepare_threshold"] = None
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "platform",

@@ -48,6 +48,7 @@ ENV_VARS = (
 )
 
 PRODUCTION_KEY = "k" * 50
+PREPARE_RUNS = 6  # one more than psycopg needs before it prepares a statement
 
 
 @pytest.fixture(autouse=True)
@@ -497,3 +498,29 @@ def test_unknown_file_storage_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
 
     with pytest.raises(ImproperlyConfigured, match="FILE_STORAGE must be"):
         env.file_storage()
+
+
+def test_statements_are_bound_server_side_and_prepared_unless_the_url_says_not() -> None:
+    from config.settings import PREPARE_THRESHOLD, _database
+
+    prepared = _database("postgresql://app@db:5432/platform")["OPTIONS"]
+    plain = _database("postgresql://app@db:5432/platform?server_side_binding=false")["OPTIONS"]
+
+    assert (prepared["server_side_binding"], prepared["prepare_threshold"]) == (
+        True, PREPARE_THRESHOLD,
+    )  # fmt: skip
+    assert (plain["server_side_binding"], plain["prepare_threshold"]) == (False, None)
+
+
+def test_this_process_prepares_what_it_runs_often(db: None) -> None:
+    from django.db import connection
+
+    for _ in range(PREPARE_RUNS):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM django_migrations WHERE app = %s", ["threads"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%django_migrations WHERE app = $1%"],
+        )
+        assert cursor.fetchone()[0] == 1
