@@ -75,8 +75,15 @@ services-up: install ## Start (or reuse) the embedded PostgreSQL and Valkey
 services-down: install ## Stop the embedded PostgreSQL and Valkey
 	$(BIN)/python -m config.devservices down
 
-bench: install ## Run the benchmark harness (DEBUG off, as in production) and record the results
-	DEBUG=false $(WITH_SERVICES) $(BIN)/python -m bench
+# `make bench NAME ...` runs only the named benchmarks: the words after `bench` are its
+# arguments, not targets. `make bench peers` (opt-in) compares with Aegra, `peers-quick` tiny.
+ifeq (bench,$(firstword $(MAKECMDGOALS)))
+BENCH_NAMES := $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
+$(eval $(BENCH_NAMES):;@:)
+endif
+
+bench: install ## Run the benchmarks (DEBUG off, as in production) and record the results; `make bench peers`: against Aegra
+	DEBUG=false $(WITH_SERVICES) $(BIN)/python -m bench $(BENCH_NAMES)
 
 clean: ## Remove the virtualenv and caches (var/ data is kept)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,7 +10,9 @@ import sys
 from bench.harness import REGISTRY, record, render
 
 # Modules whose @benchmark functions make up the suite.
-MODULES = ["bench.api", "bench.engine", "bench.events", "bench.sandbox"]
+MODULES = ["bench.api", "bench.engine", "bench.events", "bench.sandbox", "bench.peers.suite"]
+# Run only when named: they install another server and take minutes (`make bench peers`).
+ON_REQUEST = {"peers", "peers-quick"}
 
 
 def main() -> int:
@@ -19,7 +21,7 @@ def main() -> int:
         importlib.import_module(module)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {sorted(REGISTRY)}")
-    names = parser.parse_args().names or sorted(REGISTRY)
+    names = parser.parse_args().names or sorted(set(REGISTRY) - ON_REQUEST)
     unknown = set(names) - set(REGISTRY)
     if unknown:
         parser.error(f"unknown benchmark(s) {sorted(unknown)}; known: {sorted(REGISTRY)}")

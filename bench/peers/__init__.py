@@ -1,0 +1,1 @@
+"""This platform against a peer server (Aegra) on the same workload, side by side."""
