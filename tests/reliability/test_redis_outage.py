@@ -22,7 +22,6 @@ from tests.reliability.platform import (
     chat_bundle,
     outage_rounds,
     platform_processes,
-    private_redis,
 )
 from threads.models import TURN_TERMINAL, Message, MessageRole, RunStatus, Thread, Turn
 from threads.services.threads import thread_create
@@ -34,12 +33,6 @@ THREADS = 6
 DOWN_S = 3.0
 SETTLE_TIMEOUT_S = 120.0
 ANSWER = "ok: {last_user_message}"
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
-    with private_redis(tmp_path_factory.mktemp("valkey")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from tests.reliability.platform import (
     PrivateRedis,
     chat_bundle,
     platform_processes,
-    private_redis,
 )
 from tests.worker import Worker
 from threads.models import TURN_TERMINAL, Event, Message, MessageRole, RunStatus, Turn
@@ -39,12 +38,6 @@ SPIN_JS = """export default (): string => {
   while (Date.now() < end) {}
   return "spun";
 };"""
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
-    with private_redis(tmp_path_factory.mktemp("valkey")) as server:
-        yield server
 
 
 @pytest.fixture
