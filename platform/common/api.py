@@ -9,10 +9,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.decorators import sync_and_async_middleware
 from django.views import csrf, defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
@@ -126,19 +128,30 @@ def domain_error_response(error: DomainError) -> JsonResponse:
     return JsonResponse({"error": error.as_dict()}, status=error.status, headers=_headers(error))
 
 
-def api_url_check(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., Any]:
+@sync_and_async_middleware
+def api_url_check(get_response: Callable[[HttpRequest], Any]) -> Callable[..., Any]:
     """Middleware: an ``/api/`` request whose Host is not allowed, or whose URL path or
     query holds a NUL character or more query parameters than
-    ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a JSON 400 before any view reads it."""
+    ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a JSON 400 before any view reads it. It reads
+    only the request line and headers, so under ASGI it runs on the event loop."""
+
+    if iscoroutinefunction(get_response):
+
+        async def async_middleware(request: HttpRequest) -> HttpResponse:
+            refused = _url_refusal(request)
+            return refused if refused is not None else await get_response(request)
+
+        return async_middleware
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
-            refused = _url_problem(request)
-            if refused is not None:
-                return refused
-        return get_response(request)
+        refused = _url_refusal(request)
+        return refused if refused is not None else get_response(request)
 
     return middleware
+
+
+def _url_refusal(request: HttpRequest) -> JsonResponse | None:
+    return _url_problem(request) if request.path.startswith("/api/") else None
 
 
 def _url_problem(request: HttpRequest) -> JsonResponse | None:

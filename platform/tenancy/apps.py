@@ -6,6 +6,7 @@ class TenancyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from common import checks  # noqa: F401 - registers the middleware deploy checks
         from tenancy import schema  # noqa: F401 - registers the OpenAPI auth extensions
         from tenancy.credentials import connect_signals
 
