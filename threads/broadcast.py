@@ -13,11 +13,15 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+
+from threads import turn_signals
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +40,8 @@ class _Sender:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.queue: asyncio.Queue[tuple[Sequence[str], dict[str, Any]]] | None = None
+        self.notices: aioredis.Redis | None = None  # turn_signals' PUBLISH connection
+        self.noticing: set[asyncio.Task[None]] = set()
         self.ready = threading.Event()
         self.idle = threading.Condition()
         self.pending = 0
@@ -43,13 +49,21 @@ class _Sender:
         self.thread.start()
         self.ready.wait()
 
-    def submit(self, items: Sequence[tuple[Sequence[str], dict[str, Any]]]) -> None:
+    def submit(
+        self, items: Sequence[tuple[Sequence[str], dict[str, Any]]], wake: Collection[str]
+    ) -> None:
         with self.idle:
             self.pending += len(items)
-        self.loop.call_soon_threadsafe(self._put, items)
+        self.loop.call_soon_threadsafe(self._put, items, wake)
 
-    def _put(self, items: Sequence[tuple[Sequence[str], dict[str, Any]]]) -> None:
+    def _put(
+        self, items: Sequence[tuple[Sequence[str], dict[str, Any]]], wake: Collection[str]
+    ) -> None:
         assert self.queue is not None
+        if wake:  # the events are committed: waiters may read their turns at once
+            task = self.loop.create_task(self._notice(wake))
+            self.noticing.add(task)
+            task.add_done_callback(self.noticing.discard)
         for item in items:
             self.queue.put_nowait(item)
 
@@ -63,6 +77,16 @@ class _Sender:
         self.queue = asyncio.Queue()
         self.ready.set()
         self.loop.run_until_complete(self._drain())
+
+    async def _notice(self, wake: Collection[str]) -> None:
+        if self.notices is None:
+            self.notices = aioredis.Redis.from_url(
+                settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2
+            )
+        try:
+            await turn_signals.notice(self.notices, wake)
+        except Exception:  # a waiter reads its turn again within RECHECK_S anyway
+            logger.exception("waking the waiters of threads %s failed", sorted(wake))
 
     async def _drain(self) -> None:
         assert self.queue is not None
@@ -154,8 +178,11 @@ def broadcast(groups: Sequence[str], envelope: Mapping[str, Any]) -> None:
     broadcast_many([(groups, envelope)])
 
 
-def broadcast_many(items: Sequence[tuple[Sequence[str], Mapping[str, Any]]]) -> None:
-    """Queue several envelopes, in order, with one wake-up of the sender."""
+def broadcast_many(
+    items: Sequence[tuple[Sequence[str], Mapping[str, Any]]], *, wake: Collection[str] = ()
+) -> None:
+    """Queue several envelopes, in order, with one wake-up of the sender; ``wake``: threads
+    whose turn waiters should read their turn again (:func:`turn_signals.notice`)."""
     messages = []
     for groups, envelope in items:
         encoded = json.dumps(envelope, cls=DjangoJSONEncoder)
@@ -166,7 +193,7 @@ def broadcast_many(items: Sequence[tuple[Sequence[str], Mapping[str, Any]]]) -> 
             "json": encoded if len(encoded) <= MAX_INLINE_CHARS else None,
         }
         messages.append((groups, message))
-    _current().submit(messages)
+    _current().submit(messages, wake)
 
 
 def broadcast_flush(timeout: float = 5.0) -> bool:

@@ -58,7 +58,9 @@ class DroppedBroadcasts:
         self._lock = threading.Lock()
         monkeypatch.setattr(outbox, "broadcast_many", self._broadcast_many)
 
-    def _broadcast_many(self, items: Sequence[tuple[Sequence[str], Mapping[str, Any]]]) -> None:
+    def _broadcast_many(
+        self, items: Sequence[tuple[Sequence[str], Mapping[str, Any]]], *, wake: Sequence[str] = ()
+    ) -> None:
         kept = []
         for groups, envelope in items:
             if self.drop(envelope):
@@ -66,8 +68,8 @@ class DroppedBroadcasts:
                     self.dropped.append(int(envelope["sequence"]))
             else:
                 kept.append((groups, envelope))
-        if kept:
-            broadcast_many(kept)
+        if kept or wake:
+            broadcast_many(kept, wake=wake)
 
 
 @pytest.fixture

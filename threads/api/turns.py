@@ -3,19 +3,20 @@
 
 ``wait`` and ``stream`` never hold a sync worker thread while they wait: under ASGI the view
 checks the caller and the turn, then answers with a body produced on the event loop, which
-listens to the thread's channel group.
+``wait`` writes once a notice says the turn may have ended (:mod:`threads.turn_signals`)
+and ``stream`` as the thread's channel group delivers its events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Max, Min, Q
@@ -30,6 +31,7 @@ from rest_framework.response import Response
 
 from common.pagination import MAX_OFFSET
 from common.schema import error_response
+from threads import turn_signals
 from threads.api.base import (
     IDEMPOTENCY_KEY,
     WORK_REFUSED,
@@ -39,8 +41,7 @@ from threads.api.base import (
 )
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
 from threads.api.messages import MessageSendInput
-from threads.broadcast import unbatched
-from threads.events import TURN_END_EVENTS, EventType, thread_group
+from threads.events import TURN_END_EVENTS, EventType
 from threads.models import TURN_TERMINAL, Event, RunStatus, Turn, TurnSource, TurnStrategy
 from threads.services.attachments import attachments_store
 from threads.services.control import turn_cancel
@@ -57,10 +58,8 @@ from threads.streams import Delivery, EventCursor
 
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 600.0
-# A waiter re-reads the turn at least this often, whatever the channel layer delivers.
+# A waiter re-reads the turn at least this often, whatever notices it hears.
 RECHECK_S = 5.0
-# Events after which a waiter re-reads its turn.
-_WAKING = frozenset({*TURN_END_EVENTS.values(), EventType.QUEUE_CHANGED})
 
 
 class TurnSubmitInput(serializers.Serializer[Any]):
@@ -201,8 +200,10 @@ def _wait_body(turn: Turn) -> bytes:
     return json.dumps(body, cls=DjangoJSONEncoder).encode()
 
 
-def _ended(turn: Turn) -> bool:
-    return Turn.objects.filter(pk=turn.pk, status__in=TURN_TERMINAL).exists()
+def _body_once_ended(turn: Turn) -> bytes | None:
+    """The answer when the turn has ended (or is gone), else None."""
+    status = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
+    return _wait_body(turn) if status is None or status in TURN_TERMINAL else None
 
 
 class TurnWaitView(TurnScopedView):
@@ -227,34 +228,22 @@ class TurnWaitView(TurnScopedView):
 
 
 async def _wait_async(turn: Turn, timeout: float) -> AsyncIterator[bytes]:
-    """Listen to the thread's group and re-read the turn when an event may have ended it."""
+    """Read the turn whenever a notice says a turn of its thread may have ended
+    (:mod:`threads.turn_signals`), at least every ``RECHECK_S``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    layer = get_channel_layer()
-    assert layer is not None
-    channel = await layer.new_channel()
-    group = thread_group(tenant_id=turn.tenant_id, thread_id=turn.thread_id)
-    await layer.group_add(group, channel)
-    try:
-        while not await database_sync_to_async(_ended)(turn):
+    signals = turn_signals.waiters()
+    with signals.registered(str(turn.thread_id)) as woken:
+        await signals.ready()  # registered first: an end committed after the read wakes us
+        while True:
+            woken.clear()
+            body = await database_sync_to_async(_body_once_ended)(turn)
             remaining = deadline - loop.time()
-            if remaining <= 0:
+            if body is not None or remaining <= 0:
                 break
-            try:
-                await asyncio.wait_for(_woken(layer, channel), min(remaining, RECHECK_S))
-            except TimeoutError:
-                continue
-    finally:
-        await layer.group_discard(group, channel)
-    yield await database_sync_to_async(_wait_body)(turn)
-
-
-async def _woken(layer: Any, channel: str) -> None:
-    """Return once an event that may end a turn arrives."""
-    while True:
-        message = await layer.receive(channel)
-        if any(one.get("event_type") in _WAKING for one in unbatched(message)):
-            return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), min(remaining, RECHECK_S))
+    yield body if body is not None else await database_sync_to_async(_wait_body)(turn)
 
 
 def _wait_sync(turn: Turn, timeout: float) -> Iterator[bytes]:
@@ -263,6 +252,10 @@ def _wait_sync(turn: Turn, timeout: float) -> Iterator[bytes]:
     while not _ended(turn) and time.monotonic() < deadline:
         time.sleep(0.05)
     yield _wait_body(turn)
+
+
+def _ended(turn: Turn) -> bool:
+    return Turn.objects.filter(pk=turn.pk, status__in=TURN_TERMINAL).exists()
 
 
 # Streaming ------------------------------------------------------------------------------------

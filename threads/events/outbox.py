@@ -28,10 +28,15 @@ from threads.events.vocabulary import (
     LIFECYCLE,
     MESSAGE_TYPES,
     REQUIRED,
+    TURN_END_EVENTS,
     EventType,
     UnknownEvent,
 )
 from threads.models import Event, EventCounter, Thread
+
+# Events after which a caller waiting on a turn of the thread reads it again (a turn's end,
+# or a queue change that removed or cancelled a waiting one): threads.turn_signals.
+WAKES_TURN_WAITERS = frozenset({*TURN_END_EVENTS.values(), EventType.QUEUE_CHANGED})
 
 # Engine progress markers published outside a transaction wait in their outbox for the
 # thread's next event and are written with it, in one statement and in order: a flow always
@@ -238,7 +243,8 @@ def _write(thread: Thread, rows: Sequence[_Row]) -> int | None:
         (_groups(thread, item.kind), item.envelope(thread, last - len(rows) + 1 + n, session_id))
         for n, item in enumerate(rows)
     ]
-    transaction.on_commit(lambda: broadcast_many(sent), robust=True)
+    wake = [str(thread.pk)] if any(row.kind in WAKES_TURN_WAITERS for row in rows) else []
+    transaction.on_commit(lambda: broadcast_many(sent, wake=wake), robust=True)
     return last
 
 

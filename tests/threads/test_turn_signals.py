@@ -1,0 +1,72 @@
+"""Waking turn waiters through one Redis pub/sub channel (threads.turn_signals)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from channels.db import database_sync_to_async
+from django.test import AsyncClient
+
+from tenancy.models import Role
+from tests.factories import make_api_key
+from threads import turn_signals
+from threads.api import turns as turns_api
+from threads.broadcast import broadcast_flush, broadcast_many
+from threads.models import Thread, Turn
+from threads.services.inbox import message_queue
+from threads.services.turns import turn_remove
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _woken(event: asyncio.Event, within: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), within)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def test_a_notice_wakes_the_waiters_of_the_threads_it_names_only() -> None:
+    signals = turn_signals.waiters()
+    with signals.registered("thread-a") as a, signals.registered("thread-b") as b:
+        assert await signals.ready()
+        broadcast_many([], wake=["thread-a"])  # as a committed turn end sends it
+        assert await _woken(a, 5.0)
+        assert not b.is_set()
+    assert "thread-a" not in signals.waiting  # nobody waits on it any more
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_wait_answers_as_soon_as_the_turn_ends_not_at_its_next_read(
+    thread: Thread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(turns_api, "RECHECK_S", 60.0)  # only a notice can end the wait early
+    key = await database_sync_to_async(lambda: make_api_key(thread.tenant, role=Role.MEMBER))()
+    turn = await database_sync_to_async(
+        lambda: message_queue(thread=thread, content="hi", role="user", wake=False)
+    )()
+    async def wait() -> bytes:
+        response = await AsyncClient().get(
+            f"/api/v1/turns/{turn.pk}/wait?timeout=30",
+            headers={"Authorization": f"Bearer {key.secret}"},
+        )
+        assert response.status_code == 200
+        return b"".join([part async for part in response.streaming_content])  # type: ignore[attr-defined]
+
+    waiting = asyncio.create_task(wait())
+    await asyncio.sleep(0.5)  # the wait has read the turn (still queued) and listens
+    assert not waiting.done()
+
+    started = time.monotonic()
+    await database_sync_to_async(lambda: turn_remove(thread=thread, turn=turn))()
+    body = json.loads(await asyncio.wait_for(waiting, 10))
+    elapsed = time.monotonic() - started
+
+    assert (body["done"], body["turn"]["status"]) == (True, "cancelled")
+    assert elapsed < 2.0, elapsed  # woken by the notice, not by a read 60 s later
+    assert broadcast_flush()
+    assert await database_sync_to_async(Turn.objects.filter(pk=turn.pk).count)() == 1

@@ -1,0 +1,117 @@
+"""Waking ``GET /turns/{id}/wait`` callers: one Redis pub/sub channel for every process.
+
+A waiter needs one fact, "something may have ended a turn of this thread", not the
+thread's event stream. So when events that can end a turn (a turn's end, a queue change)
+are broadcast, the broadcaster also publishes the thread's id on :data:`CHANNEL`
+(:func:`notice`), and each web process keeps one subscription to it (:class:`Waiters`,
+one per event loop) that sets the events of the callers waiting on that thread. A waiter
+registers, makes sure the subscription is live, and only then reads its turn, so an end
+committed after that read is always heard of; a notice lost with a Redis restart only
+delays it until the waiter's next read (``RECHECK_S`` in :mod:`threads.api.turns`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections import defaultdict
+from collections.abc import Collection, Iterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+# Pub/sub channels are shared by every database number of a Redis server: a process on
+# another database hears notices that wake nobody here, and costs a dictionary lookup.
+CHANNEL = "platform:turns:woken"
+RECONNECT_S = 1.0
+READY_WAIT_S = 1.0
+# A subscription nobody waits on is kept this long, so a process serving one wait after
+# another subscribes once.
+KEEP_S = 300.0
+
+
+async def notice(client: aioredis.Redis, thread_ids: Collection[str]) -> None:
+    """Tell every waiter of ``thread_ids`` to read its turn again (one PUBLISH)."""
+    if thread_ids:
+        await client.publish(CHANNEL, " ".join(sorted(thread_ids)))
+
+
+class Waiters:
+    """This event loop's callers waiting on threads, and the subscription that wakes them."""
+
+    def __init__(self) -> None:
+        self.waiting: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self.subscribed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @contextlib.contextmanager
+    def registered(self, thread_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever a notice names ``thread_id``, while the block runs."""
+        woken = asyncio.Event()
+        self.waiting[thread_id].add(woken)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._listen(), name="turn-signals")
+        try:
+            yield woken
+        finally:
+            waiting = self.waiting.get(thread_id)
+            if waiting is not None:
+                waiting.discard(woken)
+                if not waiting:
+                    del self.waiting[thread_id]
+
+    async def ready(self) -> bool:
+        """Whether the subscription is live (waiting up to ``READY_WAIT_S`` for it)."""
+        if not self.subscribed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.subscribed.wait(), READY_WAIT_S)
+        return self.subscribed.is_set()
+
+    async def _listen(self) -> None:
+        """Subscribe and dispatch notices until nobody waited for ``KEEP_S``; reconnect
+        after a failure."""
+        loop = asyncio.get_running_loop()
+        busy = loop.time()
+        while self.waiting or loop.time() - busy < KEEP_S:
+            client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+            try:
+                async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    self.subscribed.set()
+                    while self.waiting or loop.time() - busy < KEEP_S:
+                        message = await pubsub.get_message(timeout=1.0)
+                        if message is not None:
+                            self._wake(message["data"])
+                        if self.waiting:
+                            busy = loop.time()
+            except Exception as error:  # waiters fall back to re-reading their turn
+                logger.warning("turn signals: subscription lost (%s); reconnecting", error)
+                await asyncio.sleep(RECONNECT_S)
+            finally:
+                self.subscribed.clear()
+                await client.aclose()
+
+    def _wake(self, data: Any) -> None:
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        for thread_id in text.split():
+            for woken in self.waiting.get(thread_id, ()):
+                woken.set()
+
+
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Waiters] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def waiters() -> Waiters:
+    """The running event loop's :class:`Waiters`."""
+    loop = asyncio.get_running_loop()
+    found = _by_loop.get(loop)
+    if found is None:
+        found = _by_loop[loop] = Waiters()
+    return found
