@@ -102,7 +102,8 @@ class _Walk:
 
     def agent(self, name: str, *, target: bool = False) -> None:
         doc = self._first(
-            ("agent", name), lambda: selectors.agent_load(tenant=self.tenant, name=name)
+            ("agent", name),
+            lambda: selectors.agent_load(tenant=self.tenant, name=name, version=self.version),
         )
         if doc is None:
             return
@@ -116,7 +117,8 @@ class _Walk:
 
     def prompt(self, name: str) -> None:
         doc = self._first(
-            ("prompt", name), lambda: selectors.prompt_load(tenant=self.tenant, name=name)
+            ("prompt", name),
+            lambda: selectors.prompt_load(tenant=self.tenant, name=name, version=self.version),
         )
         if doc is None:
             return
@@ -157,19 +159,21 @@ class _Walk:
         if key in self._seen:
             return None
         self._seen.add(key)
-        return self._cached(key, lambda: _or_none(load))
+        return _or_none(load)
 
     def _names(self, kind: str, load: Callable[..., list[str]]) -> frozenset[str]:
-        return self._cached(("names", kind), lambda: frozenset(load(tenant=self.tenant)))
-
-    def _cached(self, key: tuple[str, str], load: Callable[[], T]) -> T:
         # The keys and values are those of threads.runtime.definitions.FlowDefinitions, so a
         # walk and a flow share what either loaded.
+        return selectors.definitions_cached(
+            tenant=self.tenant, version=self.version, key=("names", kind),
+            load=lambda: frozenset(load(tenant=self.tenant)),
+        )  # fmt: skip
+
+    @property
+    def version(self) -> str:
         if self._version is None:
             self._version = selectors.definitions_version(tenant=self.tenant)
-        return selectors.definitions_cached(
-            tenant=self.tenant, version=self._version, key=key, load=load
-        )
+        return self._version
 
 
 def _or_none(load: Callable[[], T]) -> T | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -30,16 +32,32 @@ T = TypeVar("T")
 MAX_CACHED_TENANTS = 512
 _cached: OrderedDict[Any, tuple[str, dict[tuple[str, str], Any]]] = OrderedDict()
 _cached_lock = threading.Lock()
+# Definitions versions already read in this definitions_scope(), by tenant id.
+_scope: ContextVar[dict[Any, str] | None] = ContextVar("definitions_scope", default=None)
 
 
 def _version_key(tenant: Tenant) -> str:
     return f"{tenant.id}:definitions:version"
 
 
+@contextlib.contextmanager
+def definitions_scope() -> Iterator[None]:
+    """Within the block (a request, a flow), each tenant's definitions version is read once:
+    the block sees one version throughout, or a newer one after it changes them itself."""
+    token = _scope.set({})
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
 def definitions_version(*, tenant: Tenant) -> str:
-    """The current version of ``tenant``'s definitions (a token in the shared cache). While
-    the cache is unreachable, a fresh token each call: definitions are read from the
-    database, uncached, until it is back."""
+    """The current version of ``tenant``'s definitions (a token in the shared cache; read
+    once per :func:`definitions_scope`). While the cache is unreachable, a fresh token each
+    call: definitions are read from the database, uncached, until it is back."""
+    memo = _scope.get()
+    if memo is not None and tenant.id in memo:
+        return memo[tenant.id]
     key = _version_key(tenant)
     try:
         version = cache.get(key)
@@ -48,12 +66,17 @@ def definitions_version(*, tenant: Tenant) -> str:
             version = cache.get(key)
     except OUTAGE_ERRORS:
         return new_id().hex
+    if memo is not None:
+        memo[tenant.id] = str(version)
     return str(version)
 
 
 def definitions_changed(*, tenant: Tenant) -> None:
     """Give ``tenant``'s definitions a new version now and again after commit, so no
     process keeps serving what it cached before the change."""
+    memo = _scope.get()
+    if memo is not None:
+        memo.pop(tenant.id, None)
     key = _version_key(tenant)
 
     def bump() -> None:
@@ -100,6 +123,24 @@ def _row(model: type[Definition], *, tenant: Tenant, name: str) -> Definition:
     return row
 
 
+def _document(model: type[Definition], *, tenant: Tenant, name: str, version: str | None) -> Any:
+    """The parsed definition ``name`` from the per-process cache at ``version`` (the
+    tenant's current one when None). Raises NotFound."""
+
+    def load() -> Any:
+        try:
+            return row_document(_row(model, tenant=tenant, name=name))
+        except NotFound:
+            return None
+
+    if version is None:
+        version = definitions_version(tenant=tenant)
+    doc = definitions_cached(tenant=tenant, version=version, key=(model.KIND, name), load=load)
+    if doc is None:
+        raise NotFound(f"no {model.KIND.replace('_', ' ')} named {name!r}")
+    return doc
+
+
 def _names(model: type[Definition], tenant: Tenant) -> list[str]:
     return list(model.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
 
@@ -120,20 +161,23 @@ def code_tool_names(*, tenant: Tenant) -> list[str]:
     return _names(CodeTool, tenant)
 
 
-def prompt_load(*, tenant: Tenant, name: str) -> PromptDoc:
-    doc = row_document(_row(Prompt, tenant=tenant, name=name))
+def prompt_load(*, tenant: Tenant, name: str, version: str | None = None) -> PromptDoc:
+    """The prompt ``name`` (cached per definitions version). Raises NotFound."""
+    doc = _document(Prompt, tenant=tenant, name=name, version=version)
     assert isinstance(doc, PromptDoc)
     return doc
 
 
-def agent_load(*, tenant: Tenant, name: str) -> AgentDoc:
-    doc = row_document(_row(Agent, tenant=tenant, name=name))
+def agent_load(*, tenant: Tenant, name: str, version: str | None = None) -> AgentDoc:
+    """The agent ``name`` (cached per definitions version). Raises NotFound."""
+    doc = _document(Agent, tenant=tenant, name=name, version=version)
     assert isinstance(doc, AgentDoc)
     return doc
 
 
-def code_tool_load(*, tenant: Tenant, name: str) -> CodeToolDoc:
-    doc = row_document(_row(CodeTool, tenant=tenant, name=name))
+def code_tool_load(*, tenant: Tenant, name: str, version: str | None = None) -> CodeToolDoc:
+    """The code tool ``name`` (cached per definitions version). Raises NotFound."""
+    doc = _document(CodeTool, tenant=tenant, name=name, version=version)
     assert isinstance(doc, CodeToolDoc)
     return doc
 

@@ -244,9 +244,9 @@ def test_each_definition_is_loaded_once_per_walk(
     loads: Counter[str] = Counter()
     real_load = selectors.prompt_load
 
-    def counting_load(*, tenant: Tenant, name: str) -> Any:
+    def counting_load(*, tenant: Tenant, name: str, version: str | None = None) -> Any:
         loads[name] += 1
-        return real_load(tenant=tenant, name=name)
+        return real_load(tenant=tenant, name=name, version=version)
 
     monkeypatch.setattr(selectors, "prompt_load", counting_load)
 

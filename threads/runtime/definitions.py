@@ -95,18 +95,20 @@ class FlowDefinitions:
 
     def prompt(self, name: str) -> PromptDoc | None:
         if name not in self._prompts:
-            self._prompts[name] = self._cached(("prompt", name), lambda: _or_none(
-                lambda: selectors.prompt_load(tenant=self.tenant, name=name)))  # fmt: skip
+            self._prompts[name] = _or_none(
+                lambda: selectors.prompt_load(tenant=self.tenant, name=name, version=self.version)
+            )
         return self._prompts[name]
 
     def agent(self, name: str) -> AgentDoc | None:
         if name not in self._agents:
-            self._agents[name] = self._cached(("agent", name), lambda: _or_none(
-                lambda: selectors.agent_load(tenant=self.tenant, name=name)))  # fmt: skip
+            self._agents[name] = _or_none(
+                lambda: selectors.agent_load(tenant=self.tenant, name=name, version=self.version)
+            )
         return self._agents[name]
 
     def code_tool(self, name: str) -> CodeToolDoc:
-        return selectors.code_tool_load(tenant=self.tenant, name=name)
+        return selectors.code_tool_load(tenant=self.tenant, name=name, version=self.version)
 
     def model(self, name: str) -> ModelSpec:
         """The model ``name`` with its key resolved. Raises NotFound."""

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from agents.registry import HookName
+from agents.selectors import definitions_scope
 from tenancy.models import Tenant
 from threads.models import Thread
 from threads.runtime.definitions import FlowDefinitions
@@ -33,6 +34,22 @@ def thread_open(
     """:func:`required_variables_check` (ValidationFailed naming ``env.<NAME>`` when a required
     variable is missing), :func:`thread_create`, then ``after_thread_created``: a failing hook
     is logged and does not undo the thread; a turn spawns the agent's immediate subagents."""
+    with definitions_scope():  # one read of the definitions version for all of it
+        return _thread_open(
+            tenant=tenant, agent_name=agent_name, user_id=user_id, tags=tags, metadata=metadata,
+            env=env,
+        )  # fmt: skip
+
+
+def _thread_open(
+    *,
+    tenant: Tenant,
+    agent_name: str,
+    user_id: str,
+    tags: Sequence[str],
+    metadata: Mapping[str, Any] | None,
+    env: Mapping[str, EnvInput] | None,
+) -> Thread:
     required_variables_check(tenant=tenant, agent_name=agent_name, env=env or {})
     with transaction.atomic():
         thread = thread_create(
