@@ -1,5 +1,7 @@
 """Open sockets follow their credentials: revoking or expiring an API key, removing a
-membership, deactivating a user or a tenant closes the sockets opened with them.
+membership, deactivating a user or a tenant closes the sockets opened with them. Any
+change to a key or a tenant also moves the credentials epoch, which drops every process's
+cached keys (:func:`tenancy.services.credentials_changed`).
 
 Each socket joins the channel groups of its principal (:func:`credential_groups`); model
 signals send ``credentials.revoked`` to a group once the change commits, whether a service,
@@ -20,6 +22,7 @@ from django.db.models.signals import post_delete, post_save
 
 from common.time import now
 from tenancy.models import ApiKey, Membership, Tenant
+from tenancy.services import credentials_changed
 
 if TYPE_CHECKING:
     from tenancy.principals import Principal
@@ -66,11 +69,13 @@ def _revoke(group: str) -> None:
 
 
 def _api_key_saved(sender: type[ApiKey], instance: ApiKey, **kwargs: Any) -> None:
+    credentials_changed()
     if instance.revoked or (instance.expires_at is not None and instance.expires_at <= now()):
         _revoke(_key_group(instance.id))
 
 
 def _api_key_deleted(sender: type[ApiKey], instance: ApiKey, **kwargs: Any) -> None:
+    credentials_changed()
     _revoke(_key_group(instance.id))
 
 
@@ -79,6 +84,7 @@ def _membership_deleted(sender: type[Membership], instance: Membership, **kwargs
 
 
 def _tenant_saved(sender: type[Tenant], instance: Tenant, **kwargs: Any) -> None:
+    credentials_changed()
     if not instance.is_active:
         _revoke(_tenant_group(instance.id))
 

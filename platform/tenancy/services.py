@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime as dt
 import hashlib
 import hmac
 import re
 import secrets
 import string
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +21,7 @@ from django.db import IntegrityError, transaction
 
 from common.errors import AuthenticationFailed, Conflict, NotFound, ValidationFailed
 from common.ids import new_id
+from common.outages import OUTAGE_ERRORS
 from common.time import now
 from tenancy.encryption import new_wrapped_data_key
 from tenancy.models import ApiKey, Membership, Role, Tenant
@@ -125,7 +130,9 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey:
     Raises :class:`AuthenticationFailed` with code ``malformed_api_key``,
     ``invalid_api_key``, ``revoked_api_key``, ``expired_api_key`` or
     ``inactive_tenant``. An unknown prefix and a wrong secret are
-    indistinguishable to the caller.
+    indistinguishable to the caller. A key is read from the database once per
+    :func:`credentials_epoch` (see :func:`credentials_changed`): a request costs a cache
+    read, not a query.
     """
     match = _KEY_PATTERN.match(raw_key)
     if match is None:
@@ -134,7 +141,7 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey:
             code="malformed_api_key",
         )
     prefix, secret = match.groups()
-    api_key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+    api_key = _key_by_prefix(prefix)
     if api_key is None or not hmac.compare_digest(api_key.secret_hash, _hash_secret(secret)):
         raise AuthenticationFailed("API key is not valid", code="invalid_api_key")
     moment = now()
@@ -146,8 +153,78 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey:
         raise AuthenticationFailed("tenant is deactivated", code="inactive_tenant")
     if api_key.last_used_at is None or moment - api_key.last_used_at >= LAST_USED_RESOLUTION:
         ApiKey.objects.filter(id=api_key.id).update(last_used_at=moment)
+        _remember_use(prefix, moment)
         api_key.last_used_at = moment
     return api_key
+
+
+# Keys as last read, per process, by prefix, with the epoch they were read at (a key not
+# found is remembered as None: guessing prefixes costs a cache read too).
+MAX_CACHED_KEYS = 10_000
+_keys: OrderedDict[str, tuple[str, ApiKey | None]] = OrderedDict()
+_keys_lock = threading.Lock()
+_EPOCH_KEY = "credentials:epoch"
+
+
+def credentials_epoch() -> str | None:
+    """The shared token that changes whenever an API key or a tenant changes; None when
+    the cache is unreachable (keys are then read from the database every time)."""
+    try:
+        epoch = cache.get(_EPOCH_KEY)
+        if epoch is None:
+            cache.add(_EPOCH_KEY, new_id().hex, timeout=None)
+            epoch = cache.get(_EPOCH_KEY)
+    except OUTAGE_ERRORS:
+        return None
+    return None if epoch is None else str(epoch)
+
+
+def credentials_changed() -> None:
+    """Give the credentials a new epoch now and again after commit (called by the model
+    signals of :mod:`tenancy.credentials`): no process keeps a key it read before the change,
+    nor one read between the change and its commit."""
+
+    def bump() -> None:
+        with _keys_lock:
+            _keys.clear()
+        # While the cache is down, processes read keys from the database anyway.
+        with contextlib.suppress(*OUTAGE_ERRORS):
+            cache.set(_EPOCH_KEY, new_id().hex, timeout=None)
+
+    bump()
+    transaction.on_commit(bump, robust=True)
+
+
+def _key_by_prefix(prefix: str) -> ApiKey | None:
+    epoch = credentials_epoch()
+    with _keys_lock:
+        cached = _keys.get(prefix)
+    if epoch is not None and cached is not None and cached[0] == epoch:
+        return _copy(cached[1])
+    api_key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+    if epoch is not None:
+        with _keys_lock:
+            _keys[prefix] = (epoch, _copy(api_key))
+            _keys.move_to_end(prefix)
+            while len(_keys) > MAX_CACHED_KEYS:
+                _keys.popitem(last=False)
+    return api_key
+
+
+def _copy(api_key: ApiKey | None) -> ApiKey | None:
+    """A copy of a cached key and its tenant, so no caller changes what others read."""
+    if api_key is None:
+        return None
+    fresh = copy.copy(api_key)
+    fresh.tenant = copy.copy(api_key.tenant)
+    return fresh
+
+
+def _remember_use(prefix: str, moment: dt.datetime) -> None:
+    with _keys_lock:
+        cached = _keys.get(prefix)
+        if cached is not None and cached[1] is not None:
+            cached[1].last_used_at = moment
 
 
 # WebSocket tickets ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ version (agents.selectors): read from the database once per version, never stale
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -41,7 +42,8 @@ def test_a_change_is_seen_at_once_even_inside_a_scope(tenant: Tenant) -> None:
     define(tenant, prompts=[prompt("p")], agents=[agent("chat", "p", max_session_turns=3)])
     with selectors.definitions_scope():
         before = selectors.agent_load(tenant=tenant, name="chat")
-        assert isinstance(before, AgentDoc) and before.max_session_turns == 3
+        assert isinstance(before, AgentDoc)
+        assert before.max_session_turns == 3
         changed = parse_document("agents", agent("chat", "p", max_session_turns=5))
         definition_save(tenant=tenant, kind="agents", doc=changed, current_name="chat")
         after = selectors.agent_load(tenant=tenant, name="chat")
@@ -53,13 +55,13 @@ def test_a_change_is_seen_at_once_even_inside_a_scope(tenant: Tenant) -> None:
 def test_a_scope_reads_the_version_once(tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
     define(tenant, prompts=[prompt("p")], agents=[agent("chat", "p")])
     reads: list[str] = []
-    real_get = selectors.cache.get
+    real_get = cache.get
 
-    def counting_get(key: str, *args: object) -> object:
+    def counting_get(key: str, default: object = None) -> object:
         reads.append(key)
-        return real_get(key, *args)
+        return real_get(key, default)
 
-    monkeypatch.setattr(selectors.cache, "get", counting_get)
+    monkeypatch.setattr(cache, "get", counting_get)
     with selectors.definitions_scope():
         for _ in range(3):
             selectors.agent_load(tenant=tenant, name="chat")

@@ -5,9 +5,13 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from common.time import now
+from tenancy import services
 from tenancy.models import ApiKey, Role, Tenant
 from tenancy.services import LAST_USED_RESOLUTION, api_key_revoke, membership_set
 from tests.factories import make_api_key, make_member
@@ -129,7 +133,9 @@ def test_missing_header_is_json_401() -> None:
     assert headers["WWW-Authenticate"] == 'Bearer realm="api"'
 
 
-def test_use_records_last_used_at_at_most_once_per_resolution(tenant: Tenant) -> None:
+def test_use_records_last_used_at_at_most_once_per_resolution(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
     issued = make_api_key(tenant)
     assert issued.api_key.last_used_at is None
 
@@ -140,10 +146,34 @@ def test_use_records_last_used_at_at_most_once_per_resolution(tenant: Tenant) ->
 
     assert first is not None
     assert second == first
-    stale = first - LAST_USED_RESOLUTION
-    ApiKey.objects.filter(id=issued.api_key.id).update(last_used_at=stale)
+    later = first + LAST_USED_RESOLUTION
+    monkeypatch.setattr(services, "now", lambda: later)
     _get_me(f"Bearer {issued.secret}")
-    assert ApiKey.objects.get(id=issued.api_key.id).last_used_at > first  # type: ignore[operator]
+    assert ApiKey.objects.get(id=issued.api_key.id).last_used_at == later
+
+
+def test_a_known_key_costs_no_query_and_any_change_is_seen_at_once(tenant: Tenant) -> None:
+    issued = make_api_key(tenant)
+    assert _get_me(f"Bearer {issued.secret}")[0] == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert _get_me(f"Bearer {issued.secret}")[0] == 200
+    assert [q["sql"] for q in queries.captured_queries if "tenancy_apikey" in q["sql"]] == []
+    assert _get_me(f"Bearer {issued.secret[:-1]}x")[1]["error"]["code"] == "invalid_api_key"  # type: ignore[index]
+
+    api_key_revoke(tenant=tenant, api_key_id=issued.api_key.id)
+    status, body, _ = _get_me(f"Bearer {issued.secret}")
+    assert (status, body["error"]["code"]) == (401, "revoked_api_key")  # type: ignore[index]
+
+
+def test_a_change_made_by_another_process_is_seen_at_its_next_request(tenant: Tenant) -> None:
+    issued = make_api_key(tenant)
+    assert _get_me(f"Bearer {issued.secret}")[0] == 200  # cached here
+    # Another process deactivates the tenant: its signal moves the shared epoch only.
+    Tenant.objects.filter(id=tenant.id).update(is_active=False)
+    cache.set("credentials:epoch", "moved by another process", timeout=None)
+
+    status, body, _ = _get_me(f"Bearer {issued.secret}")
+    assert (status, body["error"]["code"]) == (401, "inactive_tenant")  # type: ignore[index]
 
 
 def test_session_user_acts_in_their_only_tenant(tenant: Tenant) -> None:

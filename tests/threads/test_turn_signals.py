@@ -49,6 +49,7 @@ async def test_a_wait_answers_as_soon_as_the_turn_ends_not_at_its_next_read(
     turn = await database_sync_to_async(
         lambda: message_queue(thread=thread, content="hi", role="user", wake=False)
     )()
+
     async def wait() -> bytes:
         response = await AsyncClient().get(
             f"/api/v1/turns/{turn.pk}/wait?timeout=30",
