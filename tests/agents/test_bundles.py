@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
-from io import StringIO
+from io import BytesIO, StringIO
 from pathlib import Path
 
 import pytest
@@ -23,9 +25,11 @@ from agents.bundles import (
 from agents.models import Model, Prompt
 from agents.services import DefinitionInvalid
 from common.errors import LimitExceeded
+from config import env
 from tenancy.models import Role, Tenant
 from tests.agents.samples import rich_bundle, seed_rich
 from tests.factories import make_tenant
+from tests.support import current_database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -238,6 +242,29 @@ def test_commands_round_trip(tenant: Tenant, tmp_path: Path) -> None:
 
     assert "12 were created" in out.getvalue()
     assert json.loads(exported.getvalue()) == bundle_export(tenant=tenant)
+
+
+def test_import_command_reads_standard_input(tenant: Tenant) -> None:
+    out = StringIO()
+
+    call_command(
+        "import_bundle", "-", "--tenant", "acme", "--dry-run", stdout=out,
+        stdin=BytesIO(bundle_dump(rich_bundle(), "yaml").encode()),
+    )  # fmt: skip
+
+    assert "12 would be created" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_import_command_reads_a_pipe_from_the_shell(tenant: Tenant) -> None:
+    piped = subprocess.run(
+        [sys.executable, "manage.py", "import_bundle", "-", "--tenant", "acme", "--dry-run"],
+        input=json.dumps(rich_bundle()).encode(), capture_output=True, cwd=env.REPO_DIR,
+        env=env.child_environment({"DATABASE_URL": current_database_url()}), check=False,
+    )  # fmt: skip
+
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert b"12 would be created" in piped.stdout
 
 
 def test_import_command_prints_every_error_and_fails(tenant: Tenant, tmp_path: Path) -> None:

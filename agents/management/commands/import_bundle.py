@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from tenancy.selectors import tenant_get
 
 
 class Command(BaseCommand):
+    stealth_options = ("stdin",)
     help = (
         "Import a bundle (YAML or JSON) into a tenant: all or nothing. Every problem is "
         "printed with its path in the document."
@@ -30,7 +32,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         source = options["file"]
         try:
-            raw = self.stdin.read() if source == "-" else Path(source).read_bytes()  # type: ignore[attr-defined]
+            raw = self._stdin(options) if source == "-" else Path(source).read_bytes()
         except OSError as error:
             raise CommandError(f"cannot read {source}: {error.strerror}") from error
         try:
@@ -58,3 +60,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{len(items)} {verb} {label}: {', '.join(items)}")
         for warning in report.warnings:
             self.stdout.write(f"warning: {warning['path']}: {warning['message']}")
+
+    @staticmethod
+    def _stdin(options: dict[str, Any]) -> bytes:
+        """Standard input's bytes (``call_command(..., stdin=stream)`` passes another)."""
+        stream = options.get("stdin") or sys.stdin.buffer
+        data = stream.read()
+        return data.encode() if isinstance(data, str) else bytes(data)
