@@ -183,6 +183,12 @@ def thread_sweep_interval_s() -> int:
     return _positive("THREAD_SWEEP_INTERVAL_S", 2)
 
 
+def thread_sweep_grace_s() -> int:
+    """How long a waiting turn's wake-up may sit in the broker before the sweeper sends
+    another (a lost one is recovered this much later)."""
+    return _positive("THREAD_SWEEP_GRACE_S", 10)
+
+
 def subagent_max_depth() -> int:
     """How deep a subagent tree may grow (a top-level thread is depth 0)."""
     return _positive("SUBAGENT_MAX_DEPTH", 5)

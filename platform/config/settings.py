@@ -174,6 +174,7 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 }  # fmt: skip
 CELERY_TIMEZONE = "UTC"
 THREAD_SWEEP_INTERVAL_S = env.thread_sweep_interval_s()
+THREAD_SWEEP_GRACE_S = env.thread_sweep_grace_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
 }

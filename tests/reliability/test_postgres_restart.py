@@ -97,7 +97,8 @@ def platform(
         private_redis(tmp_path_factory.mktemp("valkey")) as redis_server,
         platform_processes(
             tmp_path_factory.mktemp("processes"), redis_server,
-            environment={"DATABASE_URL": postgres.url, "THREAD_SWEEP_INTERVAL_S": "1"},
+            environment={"DATABASE_URL": postgres.url, "THREAD_SWEEP_INTERVAL_S": "1",
+                         "THREAD_SWEEP_GRACE_S": "1"},
         ) as started,
     ):  # fmt: skip
         yield started

@@ -41,7 +41,8 @@ def platform(
 ) -> Iterator[Platform]:
     with platform_processes(
         tmp_path_factory.mktemp("processes"), redis_server,
-        environment={"THREAD_SWEEP_INTERVAL_S": "1", "THREAD_LOCK_TTL_MS": "3000"},
+        environment={"THREAD_SWEEP_INTERVAL_S": "1", "THREAD_SWEEP_GRACE_S": "1",
+                     "THREAD_LOCK_TTL_MS": "3000"},
     ) as started:  # fmt: skip
         yield started
 

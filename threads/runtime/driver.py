@@ -31,6 +31,7 @@ from django.db import connection, transaction
 
 from agents.providers.base import AbortSignal
 from common.outages import OUTAGE_ERRORS
+from common.time import now_us
 from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread, Turn
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.stops import StopReason
@@ -313,12 +314,16 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
 
 
 def threads_sweep() -> int:
-    """Re-enqueue threads that have waiting turns (not parked by a stop) or a turn marked
-    running, and no live lock holder (a crashed worker, a lost broker message). Returns how
-    many were woken."""
+    """Re-enqueue threads that have waiting turns (not parked by a stop, submitted at least
+    ``THREAD_SWEEP_GRACE_S`` ago) or a turn marked running, and no live lock holder (a
+    crashed worker, a lost broker message). Returns how many were woken.
 
+    The grace spares the broker a second task for every turn whose wake-up is still queued
+    behind others (under load, most of them): a lost wake-up is recovered that much later."""
+    submitted_before = now_us() - int(settings.THREAD_SWEEP_GRACE_S * 1_000_000)
     waiting = Turn.objects.filter(
         status=RunStatus.QUEUED,
+        created_at__lt=submitted_before,
         host__isnull=True,
         thread__stop_requested=False,
         thread__terminated_at__isnull=True,
