@@ -157,6 +157,12 @@ def ws_compression() -> bool:
     return _bool("WS_COMPRESSION", False)
 
 
+def web_processes() -> int:
+    """How many uvicorn worker processes serve the web tier (``WEB_PROCESSES``); by default
+    one per CPU: a process runs Python on one core at a time."""
+    return _positive("WEB_PROCESSES", os.cpu_count() or 1)
+
+
 def celery_concurrency() -> int:
     return _positive("CELERY_CONCURRENCY", 8)
 

@@ -64,7 +64,8 @@ def _check_port_free(host: str, port: int) -> None:
 def web_options() -> list[str]:
     """uvicorn's options for the platform (after the bind), wherever it is started."""
     deflate = "true" if env.ws_compression() else "false"
-    return ["--lifespan", "off", "--ws-per-message-deflate", deflate]
+    return ["--workers", str(env.web_processes()), "--lifespan", "off",
+            "--ws-per-message-deflate", deflate]  # fmt: skip
 
 
 def _process_commands(host: str, port: int) -> dict[str, list[str]]:

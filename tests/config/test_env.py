@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -26,6 +27,8 @@ ENV_VARS = (
     "CELERY_CONCURRENCY",
     "CELERY_QUEUE",
     "FLOWS_PER_TENANT",
+    "WEB_PROCESSES",
+    "THREAD_SWEEP_GRACE_S",
     "WS_COMPRESSION",
     "DB_POOL_SIZE",
     "STATIC_ROOT",
@@ -384,6 +387,17 @@ def test_web_sockets_are_not_compressed_unless_asked(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("WS_COMPRESSION", "true")
 
     assert web_options()[-2:] == ["--ws-per-message-deflate", "true"]
+
+
+def test_the_web_runs_one_process_per_cpu_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = web_options()
+    assert options[options.index("--workers") + 1] == str(os.cpu_count() or 1)
+    monkeypatch.setenv("WEB_PROCESSES", "3")
+    options = web_options()
+    assert options[options.index("--workers") + 1] == "3"
+    monkeypatch.setenv("WEB_PROCESSES", "0")
+    with pytest.raises(ImproperlyConfigured, match="WEB_PROCESSES"):
+        web_options()
 
 
 def test_celery_queue_defaults_to_celerys_own(monkeypatch: pytest.MonkeyPatch) -> None:
