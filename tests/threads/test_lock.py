@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypedDict, cast
 
@@ -256,7 +258,7 @@ def test_heartbeat_delivers_control_signals_within_100_ms(ids: ThreadIds) -> Non
             both.set()
 
     with Heartbeat(held, **ids, on_signal=on_signal):
-        time.sleep(0.1)  # the heartbeat is now blocked in BLPOP
+        time.sleep(0.1)  # the heartbeat's first beat is over: the next renewal is a second away
         sent_at = time.monotonic()
         control_send(**ids, signal="stop")
         control_send(**ids, signal="terminate")
@@ -340,8 +342,8 @@ def test_heartbeat_declares_the_lock_lost_when_redis_fails_past_the_ttl(
     assert SHORT_TTL_MS / 1000 <= lost_after < 1.0
 
 
-def test_heartbeat_exit_returns_promptly_while_blocked(ids: ThreadIds) -> None:
-    held = acquired(ids)  # default TTL: one BLPOP would block for up to two seconds
+def test_heartbeat_exit_returns_promptly_between_renewals(ids: ThreadIds) -> None:
+    held = acquired(ids)  # default TTL: the next renewal is more than a second away
     heartbeat = Heartbeat(held, **ids, on_signal=ignore)
     heartbeat.__enter__()
     time.sleep(0.1)
@@ -386,3 +388,205 @@ def test_control_send_rejects_an_unknown_signal(ids: ThreadIds) -> None:
         control_send(**ids, signal="pause")
 
     assert redis_client().exists(control_key(**ids)) == 0
+
+
+# One heartbeat thread per process beats for every held lock.
+
+HELD = 100
+
+
+@pytest.fixture
+def many_ids() -> Iterator[list[ThreadIds]]:
+    """:data:`HELD` fresh threads of one tenant; their keys are deleted after."""
+    tenant_id = uuid.uuid4()
+    many = [ThreadIds(tenant_id=tenant_id, thread_id=uuid.uuid4()) for _ in range(HELD)]
+    yield many
+    redis_client().delete(
+        *(key(**ids) for ids in many for key in (lock_key, control_key, wake_key))
+    )
+
+
+class Recorder:
+    """One heartbeat's callbacks: the signals and losses it was told of, and when."""
+
+    def __init__(self) -> None:
+        self.signals: list[str] = []
+        self.lost_calls = 0
+        self.changed = threading.Event()
+
+    def on_signal(self, signal: str) -> None:
+        self.signals.append(signal)
+        self.changed.set()
+
+    def on_lost(self) -> None:
+        self.lost_calls += 1
+        self.changed.set()
+
+
+def held_heartbeats(
+    stack: contextlib.ExitStack, many: list[ThreadIds], ttl_ms: int = LOCK_TTL_MS
+) -> list[tuple[ThreadLock, Recorder]]:
+    """Take every thread's lock and enter a heartbeat for it, exited with ``stack``."""
+    held = []
+    for ids in many:
+        lock, recorder = acquired(ids, ttl_ms=ttl_ms), Recorder()
+        stack.enter_context(
+            Heartbeat(lock, **ids, on_signal=recorder.on_signal, on_lost=recorder.on_lost)
+        )
+        held.append((lock, recorder))
+    return held
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_a_hundred_held_heartbeats_add_at_most_two_threads(many_ids: list[ThreadIds]) -> None:
+    before = threading.active_count()
+
+    with contextlib.ExitStack() as stack:
+        held = held_heartbeats(stack, many_ids)
+        time.sleep(0.2)
+        during = threading.active_count()
+
+    assert during - before <= 2
+    assert not any(lock.lost.is_set() for lock, _ in held)
+
+
+def test_a_signal_reaches_only_its_holder_at_once_and_in_order(
+    many_ids: list[ThreadIds],
+) -> None:
+    with contextlib.ExitStack() as stack:
+        held = held_heartbeats(stack, many_ids)  # default TTL: renewals are a second apart
+        time.sleep(0.2)
+        target = many_ids[HELD // 2]
+        _, recorder = held[HELD // 2]
+
+        sent_at = time.monotonic()
+        for signal in ("stop", "cancel", "terminate"):
+            control_send(**target, signal=signal)
+        assert wait_until(lambda: len(recorder.signals) == 3, timeout=0.5)
+        arrived_after = time.monotonic() - sent_at
+        time.sleep(0.1)
+
+    assert arrived_after < 0.5
+    assert recorder.signals == ["stop", "cancel", "terminate"]
+    others = [other for other in held if other[1] is not recorder]
+    assert all(other.signals == [] and other.lost_calls == 0 for _, other in others)
+    assert redis_client().exists(control_key(**target)) == 0
+
+
+def test_without_the_doorbell_a_signal_arrives_within_one_renewal_interval(
+    ids: ThreadIds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lock_module, "_ring_doorbell", lambda pipe, key: None)
+    held = acquired(ids, ttl_ms=1_500)
+    every_s = 0.5
+    recorder = Recorder()
+
+    with Heartbeat(held, **ids, on_signal=recorder.on_signal, renew_every_ms=500):
+        time.sleep(0.1)
+        sent_at = time.monotonic()
+        control_send(**ids, signal="stop")
+        assert recorder.changed.wait(timeout=2 * every_s)
+        arrived_after = time.monotonic() - sent_at
+
+    assert recorder.signals == ["stop"]
+    assert arrived_after < every_s + 0.1
+
+
+def test_doorbells_for_threads_nobody_here_holds_are_harmless(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    recorder = Recorder()
+
+    with Heartbeat(held, **ids, on_signal=recorder.on_signal, on_lost=recorder.on_lost):
+        time.sleep(0.1)
+        stranger = control_key(tenant_id=uuid.uuid4(), thread_id=uuid.uuid4())
+        for noise in (stranger, "", "\xff not a key", control_key(**ids) + "x"):
+            redis_client().publish(lock_module.DOORBELL_CHANNEL, noise)
+        time.sleep(0.1)
+        assert recorder.signals == []
+
+        control_send(**ids, signal="stop")
+        assert recorder.changed.wait(timeout=0.5)
+
+    assert recorder.signals == ["stop"]
+    assert recorder.lost_calls == 0
+
+
+def test_a_lock_deleted_behind_its_heartbeats_back_calls_its_on_lost_once(
+    many_ids: list[ThreadIds],
+) -> None:
+    ttl_ms = 600  # renewed every 200 ms
+    with contextlib.ExitStack() as stack:
+        held = held_heartbeats(stack, many_ids, ttl_ms=ttl_ms)
+        victim, recorder = held[7]
+
+        redis_client().delete(victim.key)
+        assert recorder.changed.wait(timeout=1.0)
+        time.sleep(3 * ttl_ms / 1000)  # several renewals of the others
+        still_held = [redis_client().get(lock.key) == lock.token.encode() for lock, _ in held]
+
+    assert recorder.lost_calls == 1
+    assert victim.lost.is_set()
+    others = [other for other in held if other[0] is not victim]
+    assert all(other.lost_calls == 0 and not lock.lost.is_set() for lock, other in others)
+    assert still_held == [lock is not victim for lock, _ in held]
+
+
+def test_no_callback_runs_after_exit_returned(ids: ThreadIds) -> None:
+    held = acquired(ids, ttl_ms=SHORT_TTL_MS)
+    recorder = Recorder()
+
+    with Heartbeat(held, **ids, on_signal=recorder.on_signal, on_lost=recorder.on_lost):
+        time.sleep(0.05)
+    control_send(**ids, signal="stop")
+    redis_client().set(held.key, "thief", px=5_000)
+    time.sleep(3 * SHORT_TTL_MS / 1000)
+
+    assert recorder.signals == []
+    assert recorder.lost_calls == 0
+    assert redis_client().lrange(control_key(**ids), 0, -1) == [b"stop"]  # nobody popped it
+
+
+def test_exit_waits_for_a_running_callback_of_its_heartbeat(ids: ThreadIds) -> None:
+    held = acquired(ids)
+    entered, finished = threading.Event(), threading.Event()
+
+    def slow_on_signal(signal: str) -> None:
+        entered.set()
+        time.sleep(0.2)
+        finished.set()
+
+    with Heartbeat(held, **ids, on_signal=slow_on_signal):
+        control_send(**ids, signal="stop")
+        assert entered.wait(timeout=1.0)
+
+    assert finished.is_set()
+
+
+def test_a_forked_child_runs_its_own_heartbeat(ids: ThreadIds) -> None:
+    parent_lock = acquired(ids)
+    child_ids = ThreadIds(tenant_id=ids["tenant_id"], thread_id=uuid.uuid4())
+    with Heartbeat(parent_lock, **ids, on_signal=ignore):  # the parent's threads run
+        pid = os.fork()
+        if pid == 0:  # the child reports through its exit code
+            code = 1
+            try:
+                child_lock = acquired(child_ids)
+                delivered = threading.Event()
+                with Heartbeat(child_lock, **child_ids, on_signal=lambda _: delivered.set()):
+                    control_send(**child_ids, signal="stop")
+                    code = 0 if delivered.wait(timeout=1.0) else 2
+                child_lock.release()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    redis_client().delete(lock_key(**child_ids), control_key(**child_ids))

@@ -197,14 +197,19 @@ def _release(lock: ThreadLock, result: DriveResult) -> None:
 
 
 def _lock_lost(thread: Thread, fence: int, abort: AbortSignal) -> None:
-    """The heartbeat found the lock gone (this runs on its thread). Retire the fence before
-    aborting, so the flow's abort handling cannot write either: a lost lock is not a user's
-    stop, and the thread stays ``running`` for the sweeper to hand to the next worker."""
-    try:
-        fence_retire(thread=thread, fence=fence)
-    finally:
-        connection.close()  # the heartbeat thread's own connection, back to the pool
-        abort.set()
+    """The heartbeat found the lock gone. Retire the fence, then abort, so the flow's abort
+    handling cannot write either: a lost lock is not a user's stop, and the thread stays
+    ``running`` for the sweeper to hand to the next worker. On a thread of its own: the
+    process's one heartbeat must not wait on the database (it renews every other lock)."""
+
+    def retire() -> None:
+        try:
+            fence_retire(thread=thread, fence=fence)
+        finally:
+            connection.close()  # this thread's own connection, back to the pool
+            abort.set()
+
+    threading.Thread(target=retire, name=f"lock-lost:{thread.pk}", daemon=True).start()
 
 
 def _run_flows(
