@@ -164,13 +164,19 @@ def web_processes() -> int:
 
 
 def celery_concurrency() -> int:
-    return _positive("CELERY_CONCURRENCY", 8)
+    """Flows one worker process runs at once (threads of Celery's threads pool). Flows spend
+    their time waiting on model providers, holding neither the CPU nor a database
+    connection meanwhile, and a process's held locks share one heartbeat: hundreds cost
+    little, and a burst of slow-model turns does not queue behind a few slots."""
+    return _positive("CELERY_CONCURRENCY", 256)
 
 
 def flows_per_tenant() -> int:
-    """Flows one tenant may run at once in one worker process; by default one less than
-    ``CELERY_CONCURRENCY`` (at least 1), so one tenant never holds every slot."""
-    return _positive("FLOWS_PER_TENANT", max(1, celery_concurrency() - 1))
+    """Flows one tenant may run at once in one worker process; by default all but an eighth
+    of ``CELERY_CONCURRENCY`` (all but one of 8, at least 1), so one tenant never holds every
+    slot."""
+    concurrency = celery_concurrency()
+    return _positive("FLOWS_PER_TENANT", max(1, concurrency - concurrency // 8))
 
 
 def celery_queue() -> str:

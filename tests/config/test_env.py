@@ -364,7 +364,7 @@ def test_invalid_port_is_refused_naming_the_variable(
 
 
 def test_celery_concurrency_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert env.celery_concurrency() == 8
+    assert env.celery_concurrency() == 256
     monkeypatch.setenv("CELERY_CONCURRENCY", "3")
     assert env.celery_concurrency() == 3
 
@@ -374,7 +374,11 @@ def test_celery_concurrency_must_be_positive(monkeypatch: pytest.MonkeyPatch) ->
         env.celery_concurrency()
 
 
-def test_flows_per_tenant_defaults_to_all_but_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flows_per_tenant_defaults_to_all_but_an_eighth_of_the_slots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert env.flows_per_tenant() == 224
+    monkeypatch.setenv("CELERY_CONCURRENCY", "8")
     assert env.flows_per_tenant() == 7
     monkeypatch.setenv("CELERY_CONCURRENCY", "1")
     assert env.flows_per_tenant() == 1
