@@ -27,7 +27,7 @@ from threads.events.envelope import (
     tenant_group,
     thread_group,
 )
-from threads.events.outbox import ASYNC_COMMIT, DEFERRED, Outbox, publish
+from threads.events.outbox import ASYNC_COMMIT, DEFERRED, Outbox, publish, publish_many
 from threads.events.vocabulary import (
     EPHEMERAL,
     INLINE_LIMIT,
@@ -54,6 +54,7 @@ __all__ = [
     "UnknownEvent",
     "envelope_of",
     "publish",
+    "publish_many",
     "session_id_of",
     "tenant_group",
     "thread_group",

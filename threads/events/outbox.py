@@ -122,6 +122,19 @@ def publish(
     return _write(thread, [row])
 
 
+def publish_many(thread: Thread, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """:func:`publish` for several events of ``thread`` in order, the persisted ones
+    written in one statement."""
+    rows = [_row(thread, type, payload) for type, payload in events]
+    session_id = session_id_of(thread)
+    for row in rows:
+        if row.kind in EPHEMERAL:
+            broadcast(_groups(thread, row.kind), row.envelope(thread, None, session_id))
+    kept = [row for row in rows if row.kind not in EPHEMERAL]
+    if kept:
+        _write(thread, kept)
+
+
 @dataclass(eq=False)
 class Outbox:
     """A running turn's events: the envelope ids it adds (``turn_id``, ``flow_id``, and

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from common.time import now_us
-from threads.events import TURN_END_EVENTS, Outbox, publish
+from threads.events import TURN_END_EVENTS, Outbox, publish, publish_many
 from threads.models import THREAD_REST, TURN_TERMINAL, RunStatus, Thread, Turn
 from threads.services.fence import HAS_WAITING, STATE_COLUMNS, StaleFence, apply_state
 from threads.services.messages import jsonb_value
@@ -87,12 +87,21 @@ def turn_json(turn: Turn, *, message_ids: Sequence[str] | None = None) -> dict[s
 def _thread_status_event(
     thread: Thread, before: str, reason: str | None, outbox: Outbox | None
 ) -> None:
+    event = _thread_status_change(thread, before, reason)
+    if event is not None:
+        publish(thread, *event, outbox=outbox)
+
+
+def _thread_status_change(
+    thread: Thread, before: str, reason: str | None
+) -> tuple[str, dict[str, Any]] | None:
+    """The ``thread.status`` event for a change from ``before``, if the status changed."""
     if thread.status == before:
-        return
+        return None
     payload: dict[str, Any] = {"status": thread.status}
     if reason:
         payload["reason"] = reason
-    publish(thread, "thread.status", payload, outbox=outbox)
+    return "thread.status", payload
 
 
 # Entering the queue --------------------------------------------------------------------------
@@ -147,10 +156,14 @@ def turn_enqueue(
         turn.position, thread.status = row
         turn.status = S.QUEUED
         turn._state.adding = False
-        _thread_status_event(thread, before, None, outbox)
-        publish(
-            thread, "queue.changed", {"change": "added", "item": turn_json(turn)}, outbox=outbox
-        )
+        status = _thread_status_change(thread, before, None)
+        added = ("queue.changed", {"change": "added", "item": turn_json(turn)})
+        events = [added] if status is None else [status, added]
+        if outbox is None:
+            publish_many(thread, events)  # one statement for both
+        else:
+            for event in events:
+                publish(thread, *event, outbox=outbox)
     return True
 
 

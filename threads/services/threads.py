@@ -45,7 +45,7 @@ def _tags(tags: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(tags))
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # a failure rolls back the caller's block: no savepoint needed
 def thread_create(
     *,
     tenant: Tenant,
