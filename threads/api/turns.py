@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Max, Min, Q
-from django.http import HttpResponseBase, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -194,7 +194,11 @@ class TurnPromoteView(TurnScopedView):
 
 
 def _wait_body(turn: Turn) -> bytes:
-    turn.refresh_from_db()
+    """The answer for ``turn`` as read now (as last read, when it is gone)."""
+    return _answer(Turn.objects.filter(pk=turn.pk).first() or turn)
+
+
+def _answer(turn: Turn) -> bytes:
     body = {"turn": _detail(turn), "messages": turn_messages(turn=turn),
             "done": turn.status in TURN_TERMINAL}  # fmt: skip
     return json.dumps(body, cls=DjangoJSONEncoder).encode()
@@ -202,8 +206,10 @@ def _wait_body(turn: Turn) -> bytes:
 
 def _body_once_ended(turn: Turn) -> bytes | None:
     """The answer when the turn has ended (or is gone), else None."""
-    status = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
-    return _wait_body(turn) if status is None or status in TURN_TERMINAL else None
+    current = Turn.objects.filter(pk=turn.pk).first()
+    if current is not None and current.status not in TURN_TERMINAL:
+        return None
+    return _answer(current or turn)
 
 
 class TurnWaitView(TurnScopedView):
@@ -219,6 +225,8 @@ class TurnWaitView(TurnScopedView):
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         turn, timeout = self.turn(), float(query.validated_data["timeout"])
+        if turn.status in TURN_TERMINAL:  # final: nothing to wait for
+            return HttpResponse(_answer(turn), content_type="application/json")
         content = (
             _wait_async(turn, timeout)
             if isinstance(request._request, ASGIRequest)
