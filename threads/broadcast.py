@@ -2,7 +2,8 @@
 
 :func:`broadcast` hands an envelope to one background thread per process, which owns an
 event loop and sends to the channel layer in submission order. The writer (a flow, a
-request) pays a queue put, not Redis round trips. A send that fails is logged and dropped:
+request) pays a queue put, not Redis round trips nor JSON encoding: the sender encodes an
+envelope only for groups that have members. A send that fails is logged and dropped:
 the event is already in the thread's log, and consumers fill any gap from it.
 """
 
@@ -39,7 +40,7 @@ class _Sender:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.queue: asyncio.Queue[tuple[Sequence[str], dict[str, Any]]] | None = None
+        self.queue: asyncio.Queue[tuple[Sequence[str], Mapping[str, Any]]] | None = None
         self.notices: aioredis.Redis | None = None  # turn_signals' PUBLISH connection
         self.noticing: set[asyncio.Task[None]] = set()
         self.ready = threading.Event()
@@ -50,14 +51,14 @@ class _Sender:
         self.ready.wait()
 
     def submit(
-        self, items: Sequence[tuple[Sequence[str], dict[str, Any]]], wake: Collection[str]
+        self, items: Sequence[tuple[Sequence[str], Mapping[str, Any]]], wake: Collection[str]
     ) -> None:
         with self.idle:
             self.pending += len(items)
         self.loop.call_soon_threadsafe(self._put, items, wake)
 
     def _put(
-        self, items: Sequence[tuple[Sequence[str], dict[str, Any]]], wake: Collection[str]
+        self, items: Sequence[tuple[Sequence[str], Mapping[str, Any]]], wake: Collection[str]
     ) -> None:
         assert self.queue is not None
         if wake:  # the events are committed: waiters may read their turns at once
@@ -102,9 +103,11 @@ class _Sender:
             except Exception:
                 logger.exception("event broadcast: reading group members failed")
                 observed = set(grouped)
-            for group, messages in grouped.items():
+            encoded: dict[int, dict[str, Any]] = {}  # each envelope encoded once, if sent
+            for group, envelopes in grouped.items():
                 if group not in observed:
                     continue
+                messages = [_message(envelope, encoded) for envelope in envelopes]
                 message = messages[0] if len(messages) == 1 else _batch(messages)
                 try:
                     await layer.group_send(group, message)
@@ -140,14 +143,29 @@ async def _observed(layer: Any, groups: Sequence[str]) -> set[str]:
 
 
 def _by_group(
-    items: Sequence[tuple[Sequence[str], dict[str, Any]]],
-) -> dict[str, list[dict[str, Any]]]:
-    """Each group's messages, in submission order."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for groups, message in items:
+    items: Sequence[tuple[Sequence[str], Mapping[str, Any]]],
+) -> dict[str, list[Mapping[str, Any]]]:
+    """Each group's envelopes, in submission order."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for groups, envelope in items:
         for group in groups:
-            grouped.setdefault(group, []).append(message)
+            grouped.setdefault(group, []).append(envelope)
     return grouped
+
+
+def _message(envelope: Mapping[str, Any], encoded: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The layer message carrying ``envelope``, encoded the first time a group needs it:
+    events nobody watches are never encoded."""
+    found = encoded.get(id(envelope))
+    if found is None:
+        text = json.dumps(envelope, cls=DjangoJSONEncoder)
+        found = encoded[id(envelope)] = {
+            "type": MESSAGE_TYPE,
+            "event_type": envelope.get("type"),
+            "sequence": envelope.get("sequence"),
+            "json": text if len(text) <= MAX_INLINE_CHARS else None,
+        }
+    return found
 
 
 def _batch(messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -183,17 +201,7 @@ def broadcast_many(
 ) -> None:
     """Queue several envelopes, in order, with one wake-up of the sender; ``wake``: threads
     whose turn waiters should read their turn again (:func:`turn_signals.notice`)."""
-    messages = []
-    for groups, envelope in items:
-        encoded = json.dumps(envelope, cls=DjangoJSONEncoder)
-        message: dict[str, Any] = {
-            "type": MESSAGE_TYPE,
-            "event_type": envelope.get("type"),
-            "sequence": envelope.get("sequence"),
-            "json": encoded if len(encoded) <= MAX_INLINE_CHARS else None,
-        }
-        messages.append((groups, message))
-    _current().submit(messages, wake)
+    _current().submit(items, wake)
 
 
 def broadcast_flush(timeout: float = 5.0) -> bool:
