@@ -11,8 +11,6 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.core.cache import cache
-from django.db import transaction
 
 from agents.documents import AgentDoc, CodeToolDoc, ModelDoc, PromptDoc
 from agents.models import Agent, CodeTool, Definition, Model, Prompt
@@ -20,7 +18,7 @@ from agents.providers.base import ModelCapabilities, ModelPrices, ModelSpec
 from agents.services import model_key_context, row_document
 from common.errors import NotFound
 from common.ids import new_id
-from common.outages import OUTAGE_ERRORS
+from common.tokens import token_bump_now_and_after_commit, token_get
 from tenancy.encryption import secret_decrypt
 from tenancy.models import Tenant
 
@@ -36,8 +34,8 @@ _cached_lock = threading.Lock()
 _scope: ContextVar[dict[Any, str] | None] = ContextVar("definitions_scope", default=None)
 
 
-def _version_key(tenant: Tenant) -> str:
-    return f"{tenant.id}:definitions:version"
+def _version_token(tenant: Tenant) -> str:
+    return f"definitions:{tenant.id}"
 
 
 @contextlib.contextmanager
@@ -52,23 +50,18 @@ def definitions_scope() -> Iterator[None]:
 
 
 def definitions_version(*, tenant: Tenant) -> str:
-    """The current version of ``tenant``'s definitions (a token in the shared cache; read
-    once per :func:`definitions_scope`). While the cache is unreachable, a fresh token each
+    """The current version of ``tenant``'s definitions (a change token, :mod:`common.tokens`;
+    read once per :func:`definitions_scope`). While Redis is unreachable, a fresh token each
     call: definitions are read from the database, uncached, until it is back."""
     memo = _scope.get()
     if memo is not None and tenant.id in memo:
         return memo[tenant.id]
-    key = _version_key(tenant)
-    try:
-        version = cache.get(key)
-        if version is None:
-            cache.add(key, new_id().hex, timeout=None)
-            version = cache.get(key)
-    except OUTAGE_ERRORS:
+    version = token_get(_version_token(tenant))
+    if version is None:
         return new_id().hex
     if memo is not None:
-        memo[tenant.id] = str(version)
-    return str(version)
+        memo[tenant.id] = version
+    return version
 
 
 def definitions_changed(*, tenant: Tenant) -> None:
@@ -77,13 +70,7 @@ def definitions_changed(*, tenant: Tenant) -> None:
     memo = _scope.get()
     if memo is not None:
         memo.pop(tenant.id, None)
-    key = _version_key(tenant)
-
-    def bump() -> None:
-        cache.set(key, new_id().hex, timeout=None)
-
-    bump()
-    transaction.on_commit(bump, robust=True)
+    token_bump_now_and_after_commit(_version_token(tenant))
 
 
 def definitions_cached(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime as dt
 import hashlib
@@ -21,8 +20,8 @@ from django.db import IntegrityError, transaction
 
 from common.errors import AuthenticationFailed, Conflict, NotFound, ValidationFailed
 from common.ids import new_id
-from common.outages import OUTAGE_ERRORS
 from common.time import now
+from common.tokens import token_bump_now_and_after_commit, token_get
 from tenancy.encryption import new_wrapped_data_key
 from tenancy.models import ApiKey, Membership, Role, Tenant
 from tenancy.principals import Principal
@@ -163,36 +162,23 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey:
 MAX_CACHED_KEYS = 10_000
 _keys: OrderedDict[str, tuple[str, ApiKey | None]] = OrderedDict()
 _keys_lock = threading.Lock()
-_EPOCH_KEY = "credentials:epoch"
+_EPOCH = "credentials"
 
 
 def credentials_epoch() -> str | None:
-    """The shared token that changes whenever an API key or a tenant changes; None when
-    the cache is unreachable (keys are then read from the database every time)."""
-    try:
-        epoch = cache.get(_EPOCH_KEY)
-        if epoch is None:
-            cache.add(_EPOCH_KEY, new_id().hex, timeout=None)
-            epoch = cache.get(_EPOCH_KEY)
-    except OUTAGE_ERRORS:
-        return None
-    return None if epoch is None else str(epoch)
+    """The change token (:mod:`common.tokens`) that moves whenever an API key or a tenant
+    changes; None while Redis is unreachable (keys are then read from the database)."""
+    return token_get(_EPOCH)
 
 
 def credentials_changed() -> None:
-    """Give the credentials a new epoch now and again after commit (called by the model
-    signals of :mod:`tenancy.credentials`): no process keeps a key it read before the change,
-    nor one read between the change and its commit."""
-
-    def bump() -> None:
-        with _keys_lock:
-            _keys.clear()
-        # While the cache is down, processes read keys from the database anyway.
-        with contextlib.suppress(*OUTAGE_ERRORS):
-            cache.set(_EPOCH_KEY, new_id().hex, timeout=None)
-
-    bump()
-    transaction.on_commit(bump, robust=True)
+    """Move the credentials epoch now and again after commit (called by the model signals
+    of :mod:`tenancy.credentials`): no process keeps a key it read before the change, nor
+    one read between the change and its commit. While Redis is unreachable the change
+    fails (its transaction rolls back), so no process can keep a key it changed."""
+    with _keys_lock:
+        _keys.clear()
+    token_bump_now_and_after_commit(_EPOCH)
 
 
 def _key_by_prefix(prefix: str) -> ApiKey | None:

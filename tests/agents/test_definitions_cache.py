@@ -4,13 +4,13 @@ version (agents.selectors): read from the database once per version, never stale
 from __future__ import annotations
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents import selectors
 from agents.documents import AgentDoc
 from agents.services import definition_save, parse_document
+from common import tokens
 from common.errors import NotFound
 from tenancy.models import Tenant
 from tests.agents.test_graph import agent, define, prompt
@@ -55,15 +55,15 @@ def test_a_change_is_seen_at_once_even_inside_a_scope(tenant: Tenant) -> None:
 def test_a_scope_reads_the_version_once(tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
     define(tenant, prompts=[prompt("p")], agents=[agent("chat", "p")])
     reads: list[str] = []
-    real_get = cache.get
+    real_get = tokens.token_get
 
-    def counting_get(key: str, default: object = None) -> object:
-        reads.append(key)
-        return real_get(key, default)
+    def counting_get(name: str) -> str | None:
+        reads.append(name)
+        return real_get(name)
 
-    monkeypatch.setattr(cache, "get", counting_get)
+    monkeypatch.setattr(selectors, "token_get", counting_get)
     with selectors.definitions_scope():
         for _ in range(3):
             selectors.agent_load(tenant=tenant, name="chat")
             selectors.prompt_load(tenant=tenant, name="p")
-    assert len(reads) == 1
+    assert reads == [f"definitions:{tenant.id}"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from common.time import now
+from common.tokens import token_bump
 from tenancy import services
 from tenancy.models import ApiKey, Role, Tenant
 from tenancy.services import LAST_USED_RESOLUTION, api_key_revoke, membership_set
@@ -170,7 +170,7 @@ def test_a_change_made_by_another_process_is_seen_at_its_next_request(tenant: Te
     assert _get_me(f"Bearer {issued.secret}")[0] == 200  # cached here
     # Another process deactivates the tenant: its signal moves the shared epoch only.
     Tenant.objects.filter(id=tenant.id).update(is_active=False)
-    cache.set("credentials:epoch", "moved by another process", timeout=None)
+    token_bump("credentials")
 
     status, body, _ = _get_me(f"Bearer {issued.secret}")
     assert (status, body["error"]["code"]) == (401, "inactive_tenant")  # type: ignore[index]

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
-from threads import broadcast as broadcast_module
 from threads.broadcast import broadcast_flush, broadcast_many
 
 
@@ -22,9 +21,9 @@ def test_an_envelope_is_encoded_once_and_only_for_groups_someone_watches(
 
     def counting_dumps(value: Any, **kwargs: Any) -> str:
         encodes.append(value)
-        return real_dumps(value, **kwargs)
+        return str(real_dumps(value, **kwargs))
 
-    monkeypatch.setattr(broadcast_module.json, "dumps", counting_dumps)
+    monkeypatch.setattr(json, "dumps", counting_dumps)
     watched, unwatched = f"watched-{uuid.uuid4().hex}", f"unwatched-{uuid.uuid4().hex}"
     layer = get_channel_layer()
     assert layer is not None
@@ -32,7 +31,7 @@ def test_an_envelope_is_encoded_once_and_only_for_groups_someone_watches(
     async def member() -> str:
         channel = await layer.new_channel()
         await layer.group_add(watched, channel)
-        return channel
+        return str(channel)
 
     channel = asyncio.run(member())
     quiet = {"type": "thread.status", "sequence": 1, "payload": {"status": "idle"}}
@@ -41,5 +40,5 @@ def test_an_envelope_is_encoded_once_and_only_for_groups_someone_watches(
     assert broadcast_flush()
 
     assert encodes == [seen]  # never the unwatched one; once for both groups
-    received = asyncio.run(layer.receive(channel))
+    received: dict[str, Any] = asyncio.run(layer.receive(channel))
     assert (received["sequence"], json.loads(received["json"])) == (2, seen)
