@@ -35,8 +35,8 @@ class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
         model = User
 
-    username = factory.declarations.Sequence(lambda n: f"user{n}")  # type: ignore[no-untyped-call]
-    password = factory.django.Password("pw-for-tests")  # type: ignore[no-untyped-call]
+    username = factory.declarations.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("pw-for-tests")
 
 
 def make_member(tenant: Tenant, *, role: Role = Role.MEMBER, **fields: Any) -> User:

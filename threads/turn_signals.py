@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import weakref
 from collections import defaultdict
@@ -55,7 +56,10 @@ class Waiters:
         woken = asyncio.Event()
         self.waiting[thread_id].add(woken)
         if self.task is None or self.task.done():
-            self.task = asyncio.create_task(self._listen(), name="turn-signals")
+            # A context of its own: the request that starts it ends long before it does.
+            self.task = asyncio.create_task(
+                self._listen(), name="turn-signals", context=contextvars.Context()
+            )
         try:
             yield woken
         finally:
