@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from common.errors import DomainError, RetryLater
-from common.outages import RETRY_AFTER_S, outage_service
+from common.outages import RETRY_AFTER_S, database_pool_recheck, outage_service
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     service = outage_service(exc)
     if service is not None:
         logger.warning("%s is unreachable: %s", service, exc)
+        if service == "PostgreSQL":
+            database_pool_recheck()
         return Response(
             error_body(
                 "unavailable",

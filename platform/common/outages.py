@@ -7,11 +7,16 @@ and a flow that meets one leaves its turn to be resumed instead of failing it.
 
 from __future__ import annotations
 
-from typing import Final
+import logging
+import threading
+import time
+from typing import Any, Final
 
 import redis
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 from kombu.exceptions import OperationalError as BrokerError
+
+logger = logging.getLogger(__name__)
 
 # Redis as cache, lock store and channel layer; the broker (Redis through kombu); PostgreSQL.
 OUTAGE_ERRORS: Final = (
@@ -33,3 +38,31 @@ def outage_service(error: BaseException) -> str | None:
     if isinstance(error, OperationalError | InterfaceError):
         return "PostgreSQL"
     return None
+
+
+# A pool is re-checked at most this often (seconds).
+_RECHECK_EVERY_S: Final = 1.0
+_rechecked_at = 0.0
+_recheck_guard = threading.Lock()
+
+
+def database_pool_recheck() -> None:
+    """After PostgreSQL failed a caller: test this process's idle pooled connections, on a
+    thread of their own, and replace the broken ones, so that once PostgreSQL is back the
+    next callers do not each meet a connection its restart broke (at most once a second)."""
+    global _rechecked_at
+    with _recheck_guard:
+        now = time.monotonic()
+        if now - _rechecked_at < _RECHECK_EVERY_S:
+            return
+        _rechecked_at = now
+    pool = getattr(connection, "pool", None)
+    if pool is not None:
+        threading.Thread(target=_recheck, args=(pool,), name="db-pool-check", daemon=True).start()
+
+
+def _recheck(pool: Any) -> None:
+    try:
+        pool.check()
+    except Exception:  # the pool replaces what it can; the next failure checks again
+        logger.warning("checking the database pool failed", exc_info=True)
