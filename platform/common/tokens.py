@@ -9,54 +9,36 @@ caller reads from the database instead.
 
 from __future__ import annotations
 
-import threading
+from typing import cast
 
-import redis
-from django.conf import settings
 from django.db import transaction
 
 from common.ids import new_id
 from common.outages import OUTAGE_ERRORS
+from common.redis_client import redis_client
 
 PREFIX = "platform:token:"
-# A read on a hot path fails fast; the caller then reads from the database.
-_SOCKET_TIMEOUT_S = 1.5
-_CONNECT_TIMEOUT_S = 1.0
-
-_client: redis.Redis | None = None
-_client_guard = threading.Lock()
-
-
-def _redis() -> redis.Redis:
-    global _client
-    with _client_guard:
-        if _client is None:
-            _client = redis.Redis.from_url(
-                settings.REDIS_URL, socket_timeout=_SOCKET_TIMEOUT_S,
-                socket_connect_timeout=_CONNECT_TIMEOUT_S, decode_responses=True,
-            )  # fmt: skip
-        return _client
 
 
 def token_get(name: str) -> str | None:
     """The current token of ``name`` (made on first read); None while Redis is unreachable."""
     key = PREFIX + name
     try:
-        client = _redis()
+        client = redis_client()
         token = client.get(key)
         if token is None:
             client.set(key, new_id().hex, nx=True)
             token = client.get(key)
     except OUTAGE_ERRORS:
         return None
-    return None if token is None else str(token)
+    return None if token is None else bytes(cast("bytes", token)).decode()
 
 
 def token_bump(name: str) -> None:
     """Give ``name`` a new token. Raises one of ``OUTAGE_ERRORS`` while Redis is
     unreachable: a change whose token cannot move must not commit, or processes would keep
     what they cached before it once Redis is back."""
-    _redis().set(PREFIX + name, new_id().hex)
+    redis_client().set(PREFIX + name, new_id().hex)
 
 
 def token_bump_now_and_after_commit(name: str) -> None:

@@ -9,13 +9,13 @@ from typing import cast
 
 import pytest
 
+from common.redis_client import redis_client
 from threads.services.leases import (
     LeaseLimitReached,
     lease_acquire,
     lease_count,
     lease_key,
 )
-from threads.services.lock import redis_client
 
 
 def _tenant() -> str:

@@ -14,6 +14,8 @@ from typing import TypedDict, cast
 import pytest
 import redis
 
+from common import redis_client as redis_client_module
+from common.redis_client import redis_client
 from threads.services import lock as lock_module
 from threads.services.lock import (
     CONTROL_TTL_MS,
@@ -26,7 +28,6 @@ from threads.services.lock import (
     lock_acquire,
     lock_is_held,
     lock_key,
-    redis_client,
     wake_key,
 )
 
@@ -75,7 +76,7 @@ def test_lock_and_control_keys_start_with_the_tenant_id() -> None:
 def test_redis_client_is_built_once_under_concurrent_first_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(lock_module, "_client", None)
+    monkeypatch.setattr(redis_client_module, "_client", None)
     start = threading.Barrier(8)
 
     def first_use() -> redis.Redis:

@@ -30,7 +30,7 @@ from uuid import UUID
 
 import redis
 
-from threads.services.lock import redis_client
+from common.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from uuid import UUID
 
 import redis
 from django.conf import settings
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+
+from common.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +61,6 @@ CONTROL_SIGNALS: Final = frozenset({"stop", "terminate", "cancel"})
 # process on another database names a key nobody here holds, and wakes nothing.
 DOORBELL_CHANNEL: Final = "platform:thread-control"
 
-# A stalled call fails well inside LOCK_TTL_MS, so the heartbeat can retry and still notice
-# in time that the lock is lost.
-_SOCKET_TIMEOUT_S: Final = 1.5
-_CONNECT_TIMEOUT_S: Final = 1.0
 # The heartbeat thread re-checks its schedule at least this often, and pauses this long after
 # an unexpected error.
 _MAX_SLEEP_S: Final = 0.25
@@ -128,32 +124,6 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-
-_client: redis.Redis | None = None
-_client_guard = threading.Lock()
-
-
-def redis_client() -> redis.Redis:
-    """The process-wide client for locks and control signals: one thread-safe connection pool.
-
-    Built on first use from ``settings.REDIS_URL``. A call fails within a few seconds instead of
-    hanging, and only a broken connection is retried (once): a lock call that waits out the TTL
-    is worse than one that fails.
-    """
-    global _client
-    client = _client
-    if client is None:
-        with _client_guard:
-            if _client is None:
-                _client = redis.Redis.from_url(
-                    settings.REDIS_URL,
-                    socket_timeout=_SOCKET_TIMEOUT_S,
-                    socket_connect_timeout=_CONNECT_TIMEOUT_S,
-                    health_check_interval=30,
-                    retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
-                )
-            client = _client
-    return client
 
 
 def lock_key(*, tenant_id: Id, thread_id: Id) -> str:
