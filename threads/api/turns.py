@@ -257,13 +257,11 @@ async def _wait_async(turn: Turn, timeout: float) -> AsyncIterator[bytes]:
 def _wait_sync(turn: Turn, timeout: float) -> Iterator[bytes]:
     """WSGI (tests, management tools): poll the row."""
     deadline = time.monotonic() + timeout
-    while not _ended(turn) and time.monotonic() < deadline:
+    body = _body_once_ended(turn)
+    while body is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield _wait_body(turn)
-
-
-def _ended(turn: Turn) -> bool:
-    return Turn.objects.filter(pk=turn.pk, status__in=TURN_TERMINAL).exists()
+        body = _body_once_ended(turn)
+    yield body if body is not None else _wait_body(turn)
 
 
 # Streaming ------------------------------------------------------------------------------------
