@@ -17,9 +17,7 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 
 from threads import turn_signals
@@ -41,7 +39,6 @@ class _Sender:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.queue: asyncio.Queue[tuple[Sequence[str], Mapping[str, Any]]] | None = None
-        self.notices: aioredis.Redis | None = None  # turn_signals' PUBLISH connection
         self.noticing: set[asyncio.Task[None]] = set()
         self.ready = threading.Event()
         self.idle = threading.Condition()
@@ -80,12 +77,8 @@ class _Sender:
         self.loop.run_until_complete(self._drain())
 
     async def _notice(self, wake: Collection[str]) -> None:
-        if self.notices is None:
-            self.notices = aioredis.Redis.from_url(
-                settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2
-            )
         try:
-            await turn_signals.notice(self.notices, wake)
+            await turn_signals.notice(wake)
         except Exception:  # a waiter reads its turn again within RECHECK_S anyway
             logger.exception("waking the waiters of threads %s failed", sorted(wake))
 

@@ -36,10 +36,28 @@ READY_WAIT_S = 1.0
 KEEP_S = 300.0
 
 
-async def notice(client: aioredis.Redis, thread_ids: Collection[str]) -> None:
-    """Tell every waiter of ``thread_ids`` to read its turn again (one PUBLISH)."""
-    if thread_ids:
-        await client.publish(CHANNEL, " ".join(sorted(thread_ids)))
+def _redis() -> aioredis.Redis:
+    client: aioredis.Redis = aioredis.Redis.from_url(
+        settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2
+    )
+    return client
+
+
+_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def notice(thread_ids: Collection[str]) -> None:
+    """Tell every waiter of ``thread_ids`` to read its turn again (one PUBLISH, on the
+    running event loop's client)."""
+    if not thread_ids:
+        return
+    loop = asyncio.get_running_loop()
+    client = _publishers.get(loop)
+    if client is None:
+        client = _publishers[loop] = _redis()
+    await client.publish(CHANNEL, " ".join(sorted(thread_ids)))
 
 
 class Waiters:
@@ -82,7 +100,7 @@ class Waiters:
         loop = asyncio.get_running_loop()
         busy = loop.time()
         while self.waiting or loop.time() - busy < KEEP_S:
-            client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+            client = _redis()  # its own: a failure closes it
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(CHANNEL)
