@@ -90,8 +90,9 @@ class OursClient:
         return str(self.http.expect(201, "POST", "/api/v1/threads", {"agent": agent})["id"])
 
     def answer(self, thread_id: str, agent: str, text: str) -> None:
-        """``POST …/turns``, then ``GET /api/v1/turns/{id}/wait``."""
-        self.wait(thread_id, self.submit(thread_id, agent, text))
+        """``POST …/turns/wait``: submit and wait in one request."""
+        path = f"/api/v1/threads/{thread_id}/turns/wait?timeout={WAIT_TIMEOUT_S}"
+        _check_answer(self.http.expect(200, "POST", path, {"input": {"content": text}}))
 
     def submit(self, thread_id: str, agent: str, text: str) -> str:
         path = f"/api/v1/threads/{thread_id}/turns"
@@ -99,11 +100,7 @@ class OursClient:
 
     def wait(self, thread_id: str, run_id: str) -> None:
         path = f"/api/v1/turns/{run_id}/wait?timeout={WAIT_TIMEOUT_S}"
-        body = self.http.expect(200, "GET", path)
-        turn = body["turn"]
-        if not body["done"] or turn["status"] != "completed":
-            raise BenchError(f"turn {run_id} is {turn['status']}: {turn.get('error')}")
-        check_final([_message(one) for one in body["messages"]], f"turn {run_id}")
+        _check_answer(self.http.expect(200, "GET", path))
 
     def messages(self, thread_id: str) -> list[Message]:
         body = self.http.expect(200, "GET", f"/api/v1/threads/{thread_id}/messages?limit=500")
@@ -111,6 +108,14 @@ class OursClient:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _check_answer(body: dict[str, Any]) -> None:
+    """BenchError unless a wait's answer is a completed turn ending with the final answer."""
+    turn = body["turn"]
+    if not body["done"] or turn["status"] != "completed":
+        raise BenchError(f"turn {turn['id']} is {turn['status']}: {turn.get('error')}")
+    check_final([_message(one) for one in body["messages"]], f"turn {turn['id']}")
 
 
 def _message(stored: dict[str, Any]) -> Message:

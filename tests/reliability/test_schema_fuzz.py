@@ -125,6 +125,12 @@ BODY_VALUES: dict[str, dict[str, Any]] = {
     "POST /api/v1/threads/": {"body.agent": "helper"},
     "POST /api/v1/threads/{thread_id}/messages": {"body.content": "hello"},
     "POST /api/v1/threads/{thread_id}/turns": {"body.input.content": "hello"},
+    # No worker runs the turn: a wait of 0 s answers at once, where a generated one would
+    # hold the request until its timeout.
+    "POST /api/v1/threads/{thread_id}/turns/wait": {
+        "body.input.content": "hello",
+        "query.timeout": 0,
+    },
     "POST /api/v1/prompts/": {"body.model": "fast"},
     "PUT /api/v1/prompts/{name}/": {"body.model": "fast"},
     "POST /api/v1/agents/": {"body.side_a.prompt": "assistant"},

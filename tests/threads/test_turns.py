@@ -124,6 +124,63 @@ def test_a_bad_wait_timeout_is_a_400_naming_it(engine: Engine, api: APIClient) -
     assert (response.status_code, response.json()["error"]["field"]) == (400, "timeout")
 
 
+def test_submit_and_wait_answers_the_turn_with_the_messages_it_wrote(
+    engine: Engine, api: APIClient
+) -> None:
+    """In process (no worker) the turn does not end: the wait answers when its timeout
+    passes, with the turn it queued; the ASGI path is in test_turns_e2e.py."""
+    thread = helper(engine)
+
+    response = api.post(
+        f"/api/v1/threads/{thread.id}/turns/wait?timeout=0.1",
+        {"input": {"content": "hi"}, "metadata": {"origin": "test"}}, format="json",
+    )  # fmt: skip
+    body = json.loads(b"".join(response.streaming_content))  # type: ignore[attr-defined]
+
+    (turn,) = Turn.objects.filter(thread=thread)
+    assert response.status_code == 200
+    assert (body["done"], body["turn"]["id"], body["turn"]["status"]) == (
+        False, str(turn.pk), "queued",
+    )  # fmt: skip
+    assert (body["turn"]["metadata"], body["messages"]) == ({"origin": "test"}, [])
+
+
+@pytest.mark.parametrize(
+    ("query", "body", "field"),
+    [
+        ("?timeout=9999", {"input": {"content": "hi"}}, "timeout"),
+        ("?timeout=soon", {"input": {"content": "hi"}}, "timeout"),
+        ("", {"input": {"content": "hi"}, "multitask_strategy": "later"}, "multitask_strategy"),
+        ("", {"content": "hi"}, "input"),
+    ],
+)
+def test_submit_and_wait_with_bad_input_is_a_400_naming_the_field_and_queues_nothing(
+    engine: Engine, api: APIClient, query: str, body: Json, field: str
+) -> None:
+    thread = helper(engine)
+
+    response = api.post(f"/api/v1/threads/{thread.id}/turns/wait{query}", body, format="json")
+
+    assert (response.status_code, response.json()["error"]["field"]) == (400, field)
+    assert not Turn.objects.filter(thread=thread).exists()
+
+
+def test_submit_and_wait_with_reject_on_a_busy_thread_is_a_409_naming_the_turn(
+    engine: Engine, api: APIClient
+) -> None:
+    thread = helper(engine)
+    first = submit(api, thread, "first")
+
+    refused = api.post(
+        f"/api/v1/threads/{thread.id}/turns/wait",
+        {"input": {"content": "second"}, "multitask_strategy": "reject"}, format="json",
+    )  # fmt: skip
+
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "thread_busy")
+    assert first["id"] in refused.json()["error"]["message"]
+    assert Turn.objects.filter(thread=thread).count() == 1
+
+
 def test_turns_are_listed_newest_first_and_filter_by_status(engine: Engine, api: APIClient) -> None:
     thread = helper(engine)
     engine.script.text("one")

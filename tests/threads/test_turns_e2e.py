@@ -72,7 +72,8 @@ def _services(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Services]:
     """The module's processes, started together: worker ``main`` (concurrency 8), which
-    this process sends its tasks to, the ``spare`` worker and a uvicorn server."""
+    this process and the server send their tasks to, the ``spare`` worker and a uvicorn
+    server."""
     directory = tmp_path_factory.mktemp("workers")
     workers = {
         "main": worker_start(
@@ -82,7 +83,8 @@ def _services(
         "spare": _spare_start(directory / "spare-0.log"),
     }  # fmt: skip
     try:
-        with background_server({"DATABASE_URL": current_database_url()}) as (port, _pid):
+        served = {"DATABASE_URL": current_database_url(), "CELERY_QUEUE": workers["main"].queue}
+        with background_server(served) as (port, _pid):
             server_warm_up(port, timeout=TIMEOUT_S)
             for started in workers.values():
                 started.wait_ready()
@@ -163,6 +165,24 @@ class Api:
             server.request("GET", path, headers=self._headers("application/json"))
             response = server.getresponse()
             return response.status, response.read()
+
+    def submit_served(
+        self, thread: Thread, content: str, *, timeout: float, **headers: str
+    ) -> tuple[int, Json, str | None]:
+        """``POST …/turns/wait`` on the uvicorn server: (status, body, Idempotent-Replayed)."""
+        body = json.dumps({"input": {"content": content}})
+        with self._server(timeout + 10) as server:
+            server.request(
+                "POST", f"/api/v1/threads/{thread.id}/turns/wait?timeout={timeout}", body=body,
+                headers={**self._headers("application/json"),
+                         "Content-Type": "application/json", **headers},
+            )  # fmt: skip
+            response = server.getresponse()
+            return (
+                response.status,
+                json.loads(response.read()),
+                response.getheader("Idempotent-Replayed"),
+            )
 
     def wait(self, turn_id: str, timeout: float = TIMEOUT_S) -> Json:
         status, body = self.served(f"/api/v1/turns/{turn_id}/wait?timeout={timeout}")
@@ -491,6 +511,52 @@ def test_wait_with_a_short_timeout_on_a_turn_queued_behind_a_slow_one_returns_no
         ("user", "fast two", "completed"), ("assistant", "ok: fast two", "completed"),
     ]  # fmt: skip
     assert Turn.objects.get(pk=slow).status == "completed"
+
+
+def test_submit_and_wait_in_one_request_answers_the_turn_it_queued_once_it_ended(
+    tenant: Tenant, worker: Worker, api: Api
+) -> None:
+    _define(tenant, rules=[{"respond": {"text": ANSWER, "delay_ms": 300}}])
+    thread = thread_create(tenant=tenant, agent_name="chat")
+
+    status, body, replayed = api.submit_served(thread, "hello", timeout=30)
+
+    assert (status, replayed, body["done"]) == (200, None, True)
+    (turn,) = Turn.objects.filter(thread=thread)
+    assert (body["turn"]["id"], body["turn"]["status"], body["turn"]["outcome"]) == (
+        str(turn.pk), "completed", DONE,
+    )  # fmt: skip
+    assert _said(body["messages"]) == [
+        ("user", "hello", "completed"), ("assistant", "ok: hello", "completed"),
+    ]  # fmt: skip
+    assert body["turn"]["message_ids"] == [message["id"] for message in body["messages"]]
+
+
+def test_submit_and_wait_answers_not_done_when_its_timeout_passes_and_a_repeat_waits_on(
+    tenant: Tenant, worker: Worker, api: Api
+) -> None:
+    """A repeat with the same Idempotency-Key queues nothing: it waits for the first
+    request's turn."""
+    _define(tenant, rules=[{"respond": {"text": ANSWER, "delay_ms": SLOW_MS}}])
+    thread = thread_create(tenant=tenant, agent_name="chat")
+    key = {"Idempotency-Key": "wait-1"}
+
+    started = time.monotonic()
+    status, short, replayed = api.submit_served(thread, "slowly", timeout=0.3, **key)
+    elapsed = time.monotonic() - started
+    again, full, replayed_again = api.submit_served(thread, "slowly", timeout=30, **key)
+
+    assert (status, replayed, short["done"]) == (200, None, False)
+    assert short["turn"]["status"] in ("queued", "running")
+    assert 0.3 <= elapsed < SLOW_MS / 1000
+    assert (again, replayed_again, full["done"]) == (200, "true", True)
+    assert full["turn"]["id"] == short["turn"]["id"]
+    assert [str(pk) for pk in Turn.objects.filter(thread=thread).values_list("pk", flat=True)] == [
+        short["turn"]["id"]
+    ]
+    assert _said(full["messages"]) == [
+        ("user", "slowly", "completed"), ("assistant", "ok: slowly", "completed"),
+    ]  # fmt: skip
 
 
 def _turn_events(thread: Thread, turn_id: str) -> list[Json]:

@@ -89,6 +89,32 @@ def _detail(turn: Turn) -> dict[str, Any]:
     return turn_json(turn, message_ids=turn_message_ids(turns=[turn])[turn.pk])
 
 
+def _submit(view: ThreadScopedView, request: Request) -> tuple[Response, Turn]:
+    """submit_turn from the request's body: the answer (202, or the first answer given for
+    a repeated ``Idempotency-Key``) and the turn it names."""
+    payload = TurnSubmitInput(data=request.data)
+    payload.is_valid(raise_exception=True)
+    data = payload.validated_data
+    thread = view.thread()
+    given = data["input"]
+    created: list[Turn] = []
+
+    def submit() -> tuple[int, dict[str, Any]]:
+        refs = attachments_store(thread=thread, items=given.get("attachments", []))
+        turn = message_queue(
+            thread=thread, role=given["role"], content=given.get("content"),
+            attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
+            source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
+            turn_metadata=data.get("metadata"),
+        )  # fmt: skip
+        created.append(turn)
+        return status.HTTP_202_ACCEPTED, submitted_json(turn)
+
+    answer = idempotent(request, view.principal, submit)
+    turn = created[0] if created else Turn.objects.get(pk=answer.data["id"], thread=thread)
+    return answer, turn
+
+
 class ThreadTurnsView(ThreadScopedView):
     @extend_schema(
         request=TurnSubmitInput, parameters=[IDEMPOTENCY_KEY],
@@ -101,23 +127,7 @@ class ThreadTurnsView(ThreadScopedView):
         (wait behind it, FIFO), ``reject`` (409 naming it), ``interrupt`` (it ends
         cancelled, what it wrote stays) or ``rollback`` (it ends cancelled and what it wrote
         is deleted). ``Idempotency-Key`` makes a retry return the first answer."""
-        payload = TurnSubmitInput(data=request.data)
-        payload.is_valid(raise_exception=True)
-        data = payload.validated_data
-        thread = self.thread()
-        given = data["input"]
-
-        def submit() -> tuple[int, dict[str, Any]]:
-            refs = attachments_store(thread=thread, items=given.get("attachments", []))
-            turn = message_queue(
-                thread=thread, role=given["role"], content=given.get("content"),
-                attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
-                source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
-                turn_metadata=data.get("metadata"),
-            )  # fmt: skip
-            return status.HTTP_202_ACCEPTED, submitted_json(turn)
-
-        return idempotent(request, self.principal, submit)
+        return _submit(self, request)[0]
 
     @extend_schema(
         parameters=[TurnListQuery], responses=OpenApiTypes.OBJECT,
@@ -199,8 +209,9 @@ def _wait_body(turn: Turn) -> bytes:
 
 
 def _answer(turn: Turn) -> bytes:
-    body = {"turn": _detail(turn), "messages": turn_messages(turn=turn),
-            "done": turn.status in TURN_TERMINAL}  # fmt: skip
+    messages = turn_messages(turn=turn)
+    body = {"turn": turn_json(turn, message_ids=[message["id"] for message in messages]),
+            "messages": messages, "done": turn.status in TURN_TERMINAL}  # fmt: skip
     return json.dumps(body, cls=DjangoJSONEncoder).encode()
 
 
@@ -212,27 +223,56 @@ def _body_once_ended(turn: Turn) -> bytes | None:
     return _answer(current or turn)
 
 
+WAIT_ANSWER = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description="`{turn, messages, done}`: the turn, the messages it wrote, and whether it "
+    "is terminal (false when the timeout passed first)",
+)
+
+
+def _waited(request: Request, turn: Turn, timeout: float) -> HttpResponseBase:
+    """The wait's answer for ``turn``: at once when it is terminal, else a body written on
+    the event loop (under ASGI) once it is or ``timeout`` seconds passed."""
+    if turn.status in TURN_TERMINAL:  # final: nothing to wait for
+        return HttpResponse(_answer(turn), content_type="application/json")
+    content = (
+        _wait_async(turn, timeout)
+        if isinstance(request._request, ASGIRequest)
+        else _wait_sync(turn, timeout)
+    )
+    return StreamingHttpResponse(content, content_type="application/json")
+
+
 class TurnWaitView(TurnScopedView):
     @extend_schema(
-        parameters=[TurnWaitQuery],
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
-                                        description="`{turn, messages, done}`")},
-        operation_id="turns_wait",
-    )  # fmt: skip
+        parameters=[TurnWaitQuery], responses={200: WAIT_ANSWER}, operation_id="turns_wait"
+    )
     def get(self, request: Request, turn_id: str) -> HttpResponseBase:
         """Block until the turn is terminal or ``timeout`` seconds (default 30, at most 600)
         pass, then answer the turn, the messages it wrote and ``done``."""
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        turn, timeout = self.turn(), float(query.validated_data["timeout"])
-        if turn.status in TURN_TERMINAL:  # final: nothing to wait for
-            return HttpResponse(_answer(turn), content_type="application/json")
-        content = (
-            _wait_async(turn, timeout)
-            if isinstance(request._request, ASGIRequest)
-            else _wait_sync(turn, timeout)
-        )
-        return StreamingHttpResponse(content, content_type="application/json")
+        return _waited(request, self.turn(), float(query.validated_data["timeout"]))
+
+
+class ThreadTurnsWaitView(ThreadScopedView):
+    @extend_schema(
+        request=TurnSubmitInput, parameters=[TurnWaitQuery, IDEMPOTENCY_KEY],
+        responses={200: WAIT_ANSWER, 409: WORK_REFUSED},
+        operation_id="thread_turns_submit_wait",
+    )  # fmt: skip
+    def post(self, request: Request, thread_id: str) -> HttpResponseBase:
+        """submit_turn, then wait for that turn in the same request: the body of ``POST
+        …/turns``, the answer of ``GET /turns/{id}/wait`` (``timeout`` seconds, default 30,
+        at most 600; ``done`` is false when it passed first and the turn runs on). A repeat
+        with the same ``Idempotency-Key`` waits for the first request's turn."""
+        query = TurnWaitQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        submitted, turn = _submit(self, request)
+        response = _waited(request, turn, float(query.validated_data["timeout"]))
+        if replayed := submitted.get("Idempotent-Replayed"):
+            response["Idempotent-Replayed"] = replayed
+        return response
 
 
 async def _wait_async(turn: Turn, timeout: float) -> AsyncIterator[bytes]:
@@ -338,4 +378,5 @@ turn_urlpatterns = [
 ]
 urlpatterns = [
     path("turns", ThreadTurnsView.as_view(), name="thread-turns"),
+    path("turns/wait", ThreadTurnsWaitView.as_view(), name="thread-turns-wait"),
 ]
