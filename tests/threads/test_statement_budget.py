@@ -1,5 +1,6 @@
 """Round trips to PostgreSQL on the hot path (issue 15): opening a thread and submitting a
-turn each take one transaction of two statements, events included."""
+turn each take one transaction of two statements, events included; a run's drive takes
+one transaction per write it must commit on its own."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Event
+from threads.runtime.driver import thread_drive
 from threads.services.inbox import message_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,3 +38,39 @@ def test_opening_a_thread_and_submitting_a_turn_take_one_short_transaction_each(
     assert list(events.values_list("type", flat=True)) == [
         "thread.created", "thread.status", "queue.changed",
     ]  # fmt: skip
+
+
+def _transactions(statements: list[str]) -> list[list[str]]:
+    """The statements between each BEGIN and its COMMIT."""
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        if statement == "BEGIN":
+            current = []
+        elif statement == "COMMIT" and current is not None:
+            found.append(current)
+            current = None
+        elif current is not None:
+            current.append(statement)
+    return found
+
+
+def test_a_run_commits_each_step_of_its_work_once(engine: Engine) -> None:
+    """A message, a tool call, the tool, the answer: the taken turn with its message, each
+    model call's pending row and its answer with its log, the tool's result with its log,
+    the turn's end. The second step reads no inbox (nothing joined the turn)."""
+    engine.define(
+        prompts=[prompt("p", tools=["echo"])], agents=[{"name": "chat", "side_a": {"prompt": "p"}}]
+    )
+    for _ in range(2):  # the first warms the caches (definitions, the tenant's env)
+        thread = engine.thread("chat")
+        message_queue(thread=thread, role="user", content="hi", wake=False)
+        engine.script.tool_calls([{"name": "echo", "arguments": {"text": "x"}}]).text("done")
+        with CaptureQueriesContext(connection) as driven:
+            thread_drive(thread_id=thread.pk, tenant_id=thread.tenant_id, runtime=engine.runtime())
+
+    statements = _statements(driven)
+    transactions = _transactions(statements)
+    assert len(transactions) == 7  # taken, pending, answer, tool, pending, answer, end
+    assert transactions[3] == ["WITH", "INSERT", "WITH"]  # the result, its log, the events
+    assert len(statements) == 37

@@ -9,6 +9,7 @@ line per attachment (not for session tools, whose attachments ride on the messag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -152,17 +153,28 @@ class ToolRunner:
             result = tool_result_from(
                 self.hooks.transform(HookName.BEFORE_STORE_TOOL_RESULT, result, call_json(call))
             )
-            result, attachments = self._session_mapping(call, result)
-            stored = self._store(call, result, attachments)
-            if call.name == self.status_tool and result.status == "success":
-                self.flow.status_report(stored.content or "")
-        self.hooks.notify(HookName.TOOL_CALL_DONE, call_json(call), result)
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.flow.log_tool(
-            call, result, stored, duration_ms, kind=resolved.kind if resolved else None,
-            log_id=log_id,
-        )  # fmt: skip
+        with self._writes():
+            if after is not None:
+                result, attachments = self._session_mapping(call, result)
+                stored = self._store(call, result, attachments)
+                if call.name == self.status_tool and result.status == "success":
+                    self.flow.status_report(stored.content or "")
+            self.flow.log_tool(
+                call, result, stored, duration_ms, kind=resolved.kind if resolved else None,
+                log_id=log_id,
+            )  # fmt: skip
+        self.hooks.notify(HookName.TOOL_CALL_DONE, call_json(call), result)
         return ToolOutcome(call, result, stored)
+
+    def _writes(self) -> contextlib.AbstractContextManager[None]:
+        """The result's message and its log row commit as one, unless message hooks (user
+        code) would then run while the transaction holds the thread's row."""
+        if self.hooks.has(HookName.BEFORE_CREATE_MESSAGE) or self.hooks.has(
+            HookName.AFTER_CREATE_MESSAGE
+        ):
+            return contextlib.nullcontext()
+        return self.flow.outbox.batch()
 
     def _arguments_or_ref(self, call: ToolCall, log_id: uuid.UUID) -> dict[str, Any]:
         """``tool.started`` carries the arguments, or above ``INLINE_LIMIT`` bytes of JSON a

@@ -110,6 +110,8 @@ class MessagesMixin(StateBase):
             silent=silent, metadata=metadata, source=TurnSource.QUEUE_MESSAGE,
             host=flow.turn if flow is not None else None, outbox=self.outbox,
         )  # fmt: skip
+        if flow is not None:
+            flow.input_joined()
         return str(turn.payload["message_id"])
 
     # Logs ----------------------------------------------------------------------

@@ -312,6 +312,33 @@ def test_tool_queued_during_a_step_runs_after_its_calls(engine: Engine) -> None:
     ]
 
 
+def test_a_message_a_tool_queues_during_the_turn_joins_it_and_is_drained_before_the_next_step(
+    engine: Engine,
+) -> None:
+    @tool(description="Queues a follow-up message.")
+    def follow_up(state: ThreadState) -> str:
+        state.queue_message(role="user", content="and one more thing")
+        return "queued"
+
+    thread = helper(engine, ["follow_up"])
+    engine.script.tool_calls([{"name": "follow_up"}]).text("Both done.")
+    engine.send(thread, "go")
+
+    result = engine.drive(thread)
+
+    assert result.reasons == [StopReason.STOP_ON_RESPONSE]
+    assert rows(thread) == [
+        ("user", "b", "go", ""),
+        ("assistant", "a", None, ""),
+        ("tool", "a", "queued", "success"),
+        ("user", "b", "and one more thing", ""),
+        ("assistant", "a", "Both done.", ""),
+    ]
+    assert seen(engine.script.requests[1])[-1] == ("user", "and one more thing")
+    host, joined = Turn.objects.filter(thread=thread).order_by("position")
+    assert (joined.host_id, joined.status) == (host.pk, "completed")
+
+
 def test_queue_tool_at_rest_runs_it_then_side_a_answers(engine: Engine) -> None:
     thread = helper(engine, [])
     ThreadState(thread).queue_tool("echo", {"text": "at rest"})

@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 
 def inputs_drain(flow: Flow) -> Side | None:
     """Persist queued messages (FIFO), run queued tools; returns the side the first
-    drained item calls on (user/system -> a, assistant -> b), or None."""
+    drained item calls on (user/system -> a, assistant -> b), or None. Reads the inbox only
+    when something can wait there (:attr:`Flow.inputs_waiting`): inputs of a running turn
+    come from its own flow alone."""
+    if not flow.inputs_waiting:
+        return None
+    flow.inputs_waiting = False  # what this drain's hooks and tools queue is taken next time
     # Taking items and storing their messages commit together: a worker that dies in
     # between leaves the items in the inbox, never consumed without their messages.
     with flow.outbox.batch():

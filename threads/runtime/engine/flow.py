@@ -102,6 +102,9 @@ class Flow:
         self.drive = drive
         # Whether the inbox had work when the flow ended (set by run()).
         self.pending_after: bool | None = None
+        # Whether inputs of this turn may wait in the inbox: the turn itself before the
+        # first drain, then only what this flow queues for itself (:meth:`input_joined`).
+        self.inputs_waiting = True
 
     @property
     def aborted(self) -> bool:
@@ -180,6 +183,11 @@ class Flow:
 
     def tool_state(self, config: Any, prompt_name: str) -> ThreadState:
         return agent_tool_state(self, config, prompt_name)
+
+    def input_joined(self) -> None:
+        """``state.queue_message`` queued an input that joins this turn: the next drain
+        takes it."""
+        self.inputs_waiting = True
 
     def stop_session(self, stop: StopSession) -> None:
         self.stop_session_result = stop
