@@ -53,6 +53,8 @@ from threads.services.turns import (
     turn_messages,
     turn_promote_queued,
     turn_remove,
+    turn_reread,
+    turn_status,
 )
 from threads.streams import Delivery, EventCursor
 
@@ -205,7 +207,7 @@ class TurnPromoteView(TurnScopedView):
 
 def _wait_body(turn: Turn) -> bytes:
     """The answer for ``turn`` as read now (as last read, when it is gone)."""
-    return _answer(Turn.objects.filter(pk=turn.pk).first() or turn)
+    return _answer(turn_reread(turn=turn) or turn)
 
 
 def _answer(turn: Turn) -> bytes:
@@ -216,11 +218,11 @@ def _answer(turn: Turn) -> bytes:
 
 
 def _body_once_ended(turn: Turn) -> bytes | None:
-    """The answer when the turn has ended (or is gone), else None."""
-    current = Turn.objects.filter(pk=turn.pk).first()
-    if current is not None and current.status not in TURN_TERMINAL:
+    """The answer when the turn has ended (or is gone), else None (one short statement)."""
+    status = turn_status(turn=turn)
+    if status is not None and status not in TURN_TERMINAL:
         return None
-    return _answer(current or turn)
+    return _wait_body(turn)
 
 
 WAIT_ANSWER = OpenApiResponse(

@@ -9,13 +9,13 @@ changes nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import F
 
 from common.errors import Conflict
+from common.rows import columns_of
 from common.time import now_us
 from tenancy.models import Tenant
 from threads.models import Thread
@@ -87,56 +87,26 @@ def fence_take(*, thread_id: Any, tenant_id: Any) -> tuple[Thread, int, Any] | N
 
     Precondition: the caller has just acquired the thread's lock.
     """
-    sql, converters = _take_plan()
+    threads, tenants = columns_of(Thread), columns_of(Tenant)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [thread_id, tenant_id])
+        cursor.execute(_take_sql(), [thread_id, tenant_id])
         row = cursor.fetchone()
     if row is None:
         return None
     *columns, next_turn_id = row
-    values = [value if value is None else _convert(value, steps) for value, steps in
-              zip(columns, converters, strict=True)]  # fmt: skip
-    thread_fields, tenant_fields = _take_fields()
-    split = len(thread_fields)
-    thread = Thread.from_db(connection.alias, thread_fields, values[:split])
-    tenant = Tenant.from_db(connection.alias, tenant_fields, values[split:])
-    Thread.tenant.field.set_cached_value(thread, tenant)
+    thread = threads.build(columns[: len(threads)])
+    Thread.tenant.field.set_cached_value(thread, tenants.build(columns[len(threads) :]))
     return thread, thread.fence, next_turn_id
 
 
-def _convert(value: Any, steps: Sequence[Callable[..., Any]]) -> Any:
-    for step in steps:
-        value = step(value, None, connection)
-    return value
-
-
 @functools.cache
-def _take_fields() -> tuple[list[str], list[str]]:
-    """The attribute names of the thread's and the tenant's columns, in the statement's order."""
+def _take_sql() -> str:
     return (
-        [field.attname for field in Thread._meta.concrete_fields],
-        [field.attname for field in Tenant._meta.concrete_fields],
-    )
-
-
-@functools.cache
-def _take_plan() -> tuple[str, list[list[Callable[..., Any]]]]:
-    """The statement of :func:`fence_take` and each returned column's converters (as the
-    ORM applies them), built once."""
-    fields = [*Thread._meta.concrete_fields, *Tenant._meta.concrete_fields]
-    columns = ", ".join(f"{field.model._meta.db_table}.{field.column}" for field in fields)
-    sql = (
         "UPDATE threads_thread SET fence = threads_thread.fence + 1 "  # noqa: S608
         "FROM tenancy_tenant WHERE threads_thread.id = %s AND threads_thread.tenant_id = %s "
-        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns}, {NEXT_WAITING}"
+        f"AND tenancy_tenant.id = threads_thread.tenant_id RETURNING {columns_of(Thread).sql}, "
+        f"{columns_of(Tenant).sql}, {NEXT_WAITING}"
     )
-    converters = []
-    for field in fields:
-        column = field.get_col(field.model._meta.db_table)
-        converters.append(
-            [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
-        )
-    return sql, converters
 
 
 def thread_refresh(*, thread: Thread) -> bool:

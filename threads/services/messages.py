@@ -91,8 +91,14 @@ _HISTORY_SQL = (
 def history_json(*, thread: Thread, after_seq: int = 0) -> list[dict[str, Any]]:
     """The thread's top-level, non-pending messages after ``after_seq``, in order, as
     :func:`message_json` shapes them (read in one statement, without model instances)."""
+    return stored_json(_HISTORY_SQL, [thread.pk, MessageStatus.PENDING, after_seq])
+
+
+def stored_json(sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    """The messages a statement selecting :class:`StoredMessage`'s columns finds, as
+    :func:`message_json` shapes them."""
     with connection.cursor() as cursor:
-        cursor.execute(_HISTORY_SQL, [thread.pk, MessageStatus.PENDING, after_seq])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     stored = [StoredMessage(*row) for row in rows]
     return [

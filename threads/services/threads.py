@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from agents.selectors import agent_load
 from common.errors import NotFound, ValidationFailed
+from common.rows import columns_of
 from common.time import now_us, to_us
 from tenancy.models import Tenant
 from threads.events import publish
@@ -25,11 +26,25 @@ MAX_TAG_CHARS = 100
 
 
 def thread_get(*, tenant: Tenant, thread_id: uuid.UUID | str) -> Thread:
-    """``tenant``'s thread; another tenant's (or a malformed id) is NotFound."""
+    """``tenant``'s thread (``tenant`` attached); another tenant's (or a malformed id) is
+    NotFound. Every thread-scoped request reads it: one hand-written statement
+    (:mod:`common.rows`), scoped to the tenant as ``for_tenant`` scopes."""
     try:
-        return Thread.objects.for_tenant(tenant).get(id=thread_id)
-    except (Thread.DoesNotExist, ValueError) as error:
+        key = thread_id if isinstance(thread_id, uuid.UUID) else uuid.UUID(str(thread_id))
+    except ValueError as error:
         raise NotFound(f"no thread {thread_id}") from error
+    threads = columns_of(Thread)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {threads.sql} FROM threads_thread WHERE id = %s AND tenant_id = %s",  # noqa: S608
+            [key, tenant.pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound(f"no thread {thread_id}")
+    thread = threads.build(row)
+    Thread.tenant.field.set_cached_value(thread, tenant)
+    return thread
 
 
 def _tags(tags: Sequence[str]) -> list[str]:

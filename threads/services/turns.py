@@ -12,11 +12,11 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from common.errors import Conflict, NotFound, ValidationFailed
+from common.rows import columns_of
 from common.time import now_us
 from tenancy.models import Tenant
 from threads.models import (
@@ -30,20 +30,63 @@ from threads.models import (
 )
 from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
-from threads.services.messages import message_json
+from threads.services.messages import StoredMessage, stored_json
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
 from threads.services.variable_requests import pending_variable_requests
 
 INCIDENTS_SHOWN = 5
 
+_TURN_MESSAGES_SQL = (
+    f"SELECT {', '.join(StoredMessage._fields)} FROM threads_message "  # noqa: S608
+    "WHERE thread_id = %s AND turn_id = %s ORDER BY seq"
+)
+
 
 def turn_get(*, tenant: Tenant, turn_id: uuid.UUID | str) -> Turn:
-    """``tenant``'s turn (its thread attached); another tenant's, or a malformed id, is
-    NotFound."""
+    """``tenant``'s turn (its thread attached, and to it ``tenant``); another tenant's, or
+    a malformed id, is NotFound. One hand-written statement (:mod:`common.rows`), scoped to
+    the tenant as ``for_tenant`` scopes."""
     try:
-        return Turn.objects.for_tenant(tenant).select_related("thread").get(pk=turn_id)
-    except (Turn.DoesNotExist, ValueError, ValidationError) as error:
+        key = turn_id if isinstance(turn_id, uuid.UUID) else uuid.UUID(str(turn_id))
+    except ValueError as error:
         raise NotFound(f"no turn {turn_id}") from error
+    turns, threads = columns_of(Turn), columns_of(Thread)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {turns.sql}, {threads.sql} FROM threads_turn "  # noqa: S608
+            "JOIN threads_thread ON threads_thread.id = threads_turn.thread_id "
+            "WHERE threads_turn.id = %s AND threads_turn.tenant_id = %s",
+            [key, tenant.pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound(f"no turn {turn_id}")
+    turn, thread = turns.build(row[: len(turns)]), threads.build(row[len(turns) :])
+    Thread.tenant.field.set_cached_value(thread, tenant)
+    Turn.thread.field.set_cached_value(turn, thread)
+    return turn
+
+
+def turn_reread(*, turn: Turn) -> Turn | None:
+    """``turn`` as stored now (its thread attached as ``turn``'s is); None when it is gone."""
+    turns = columns_of(Turn)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {turns.sql} FROM threads_turn WHERE id = %s", [turn.pk])  # noqa: S608
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    current = turns.build(row)
+    if Turn.thread.is_cached(turn):
+        Turn.thread.field.set_cached_value(current, turn.thread)
+    return current
+
+
+def turn_status(*, turn: Turn) -> str | None:
+    """``turn``'s stored status (None when it is gone): the cheapest look."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT status FROM threads_turn WHERE id = %s", [turn.pk])
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def turn_list(*, thread: Thread, status: str | None = None) -> QuerySet[Turn]:
@@ -71,8 +114,7 @@ def turn_message_ids(*, turns: Sequence[Turn]) -> dict[uuid.UUID, list[str]]:
 
 def turn_messages(*, turn: Turn) -> list[dict[str, Any]]:
     """The messages ``turn`` wrote (its answer among them), oldest first."""
-    rows = Message.objects.filter(thread_id=turn.thread_id, turn_id=turn.pk).order_by("seq")
-    return [message_json(row) for row in rows]
+    return stored_json(_TURN_MESSAGES_SQL, [turn.thread_id, turn.pk])
 
 
 def turn_remove(*, thread: Thread, turn: Turn) -> Turn:
