@@ -11,6 +11,10 @@ import pytest
 from channels.layers import get_channel_layer
 
 from threads.broadcast import broadcast_flush, broadcast_many
+from threads.events import outbox
+from threads.models import Thread
+from threads.services.inbox import message_queue
+from threads.services.turns import turn_promote_queued, turn_remove
 
 
 def test_an_envelope_is_encoded_once_and_only_for_groups_someone_watches(
@@ -42,3 +46,26 @@ def test_an_envelope_is_encoded_once_and_only_for_groups_someone_watches(
     assert encodes == [seen]  # never the unwatched one; once for both groups
     received: dict[str, Any] = asyncio.run(layer.receive(channel))
     assert (received["sequence"], json.loads(received["json"])) == (2, seen)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_events_that_end_turns_wake_their_waiters(
+    thread: Thread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn queued, taken or promoted has not ended: waking its waiters would only make
+    them read it again. Its removal (or cancellation, or end) has."""
+    woken: list[tuple[list[str], list[str]]] = []
+    real = outbox.broadcast_many
+
+    def record(sent: Any, *, wake: list[str]) -> None:
+        woken.append(([envelope["type"] for _, envelope in sent], wake))
+        real(sent, wake=wake)
+
+    monkeypatch.setattr(outbox, "broadcast_many", record)
+    first = message_queue(thread=thread, content="one", role="user", wake=False)
+    second = message_queue(thread=thread, content="two", role="user", wake=False)
+    turn_promote_queued(thread=thread, turn=second)
+    turn_remove(thread=thread, turn=first)
+
+    changes = [(types, wake) for types, wake in woken if "queue.changed" in types]
+    assert [wake for _, wake in changes] == [[], [], [], [str(thread.pk)]]

@@ -34,9 +34,11 @@ from threads.events.vocabulary import (
 )
 from threads.models import Event, EventCounter, Thread
 
-# Events after which a caller waiting on a turn of the thread reads it again (a turn's end,
-# or a queue change that removed or cancelled a waiting one): threads.turn_signals.
-WAKES_TURN_WAITERS = frozenset({*TURN_END_EVENTS.values(), EventType.QUEUE_CHANGED})
+# Events after which a caller waiting on a turn of the thread reads it again: a turn's end,
+# or a queue change that removed or cancelled waiting turns (threads.turn_signals). A turn
+# added, taken or promoted has not ended: it wakes no one.
+WAKES_TURN_WAITERS = frozenset(TURN_END_EVENTS.values())
+QUEUE_CHANGES_ENDING_TURNS = frozenset({"removed", "cancelled"})
 
 # Engine progress markers published outside a transaction wait in their outbox for the
 # thread's next event and are written with it, in one statement and in order: a flow always
@@ -239,6 +241,12 @@ class _Batch:
             _write(thread, rows)
 
 
+def _wakes_turn_waiters(row: _Row) -> bool:
+    if row.kind == EventType.QUEUE_CHANGED:
+        return row.payload.get("change") in QUEUE_CHANGES_ENDING_TURNS
+    return row.kind in WAKES_TURN_WAITERS
+
+
 def _savepoints() -> tuple[str, ...]:
     """The savepoints open on the connection (``atomic(savepoint=False)`` blocks record
     None: a failure in one rolls back the enclosing level, so they open no level of their
@@ -256,7 +264,7 @@ def _write(thread: Thread, rows: Sequence[_Row]) -> int | None:
         (_groups(thread, item.kind), item.envelope(thread, last - len(rows) + 1 + n, session_id))
         for n, item in enumerate(rows)
     ]
-    wake = [str(thread.pk)] if any(row.kind in WAKES_TURN_WAITERS for row in rows) else []
+    wake = [str(thread.pk)] if any(_wakes_turn_waiters(row) for row in rows) else []
     transaction.on_commit(lambda: broadcast_many(sent, wake=wake), robust=True)
     return last
 
