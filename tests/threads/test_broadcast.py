@@ -55,11 +55,10 @@ def test_only_events_that_end_turns_wake_their_waiters(
     """A turn queued, taken or promoted has not ended: waking its waiters would only make
     them read it again. Its removal (or cancellation, or end) has."""
     woken: list[tuple[list[str], list[str]]] = []
-    real = outbox.broadcast_many
 
     def record(sent: Any, *, wake: list[str]) -> None:
         woken.append(([envelope["type"] for _, envelope in sent], wake))
-        real(sent, wake=wake)
+        broadcast_many(sent, wake=wake)
 
     monkeypatch.setattr(outbox, "broadcast_many", record)
     first = message_queue(thread=thread, content="one", role="user", wake=False)
