@@ -1,4 +1,4 @@
-"""Model instances from hand-written SQL, for reads on the hot paths.
+"""Model instances from hand-written SQL, for reads (and inserts) on the hot paths.
 
 Building a query through the ORM costs about 0.3 ms of CPU a statement (cloning the
 queryset, compiling the SQL), several times what PostgreSQL spends answering it. A read that
@@ -34,6 +34,27 @@ class ModelColumns(Generic[M]):
 
     def __len__(self) -> int:
         return len(self.fields)
+
+    def insert(self, instance: M) -> M:
+        """INSERT ``instance`` (every column; its primary key set in Python), preparing each
+        value as ``save()`` would; the instance is then marked as loaded from the database.
+        No ``pre_save``/``post_save`` signals: for models that have no receivers."""
+        values = [
+            field.get_db_prep_save(field.pre_save(instance, True), connection)
+            for field in self.fields
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(self._insert_sql, values)
+        instance._state.adding = False
+        instance._state.db = connection.alias
+        return instance
+
+    @functools.cached_property
+    def _insert_sql(self) -> str:
+        columns = ", ".join(connection.ops.quote_name(field.column) for field in self.fields)
+        marks = ", ".join(["%s"] * len(self.fields))
+        table = connection.ops.quote_name(self.model._meta.db_table)
+        return f"INSERT INTO {table} ({columns}) VALUES ({marks})"  # noqa: S608
 
     def build(self, values: Sequence[Any]) -> M:
         """The instance for ``values`` (one per column, in :attr:`sql`'s order)."""

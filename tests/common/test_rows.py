@@ -8,6 +8,7 @@ import uuid
 import pytest
 from django.db import connection
 from django.db.models import Model
+from django.db.models.signals import post_save, pre_save
 from django.test.utils import CaptureQueriesContext
 
 from common.errors import NotFound
@@ -71,3 +72,22 @@ def test_thread_and_turn_reads_keep_to_the_tenant_and_attach_what_they_read() ->
     assert reread.thread is got.thread
     Turn.objects.filter(pk=turn.pk).delete()
     assert (turn_status(turn=turn), turn_reread(turn=turn)) == (None, None)
+
+
+def test_an_inserted_instance_is_the_row_the_orm_reads_back() -> None:
+    tenant = make_tenant()
+    columns = columns_of(Thread)
+
+    inserted = columns.insert(
+        Thread(tenant=tenant, agent_name="helper", arguments={"n": [1, "two"]}, tags=["t"])
+    )
+
+    assert _fields(inserted) == _fields(Thread.objects.get(pk=inserted.pk))
+    assert (inserted._state.adding, inserted._state.db) == (False, "default")
+
+
+def test_models_inserted_by_hand_have_no_save_signal_receivers() -> None:
+    """An insert by hand sends no pre_save/post_save: a receiver added for these models
+    would silently miss their rows."""
+    for signal in (pre_save, post_save):
+        assert not signal.has_listeners(Thread)

@@ -217,12 +217,17 @@ def _answer(turn: Turn) -> bytes:
     return json.dumps(body, cls=DjangoJSONEncoder).encode()
 
 
-def _body_once_ended(turn: Turn) -> bytes | None:
-    """The answer when the turn has ended (or is gone), else None (one short statement)."""
-    status = turn_status(turn=turn)
-    if status is not None and status not in TURN_TERMINAL:
+def _body_once_ended(turn: Turn, *, woken: bool = False) -> bytes | None:
+    """The answer when the turn has ended (or is gone), else None. A first look reads the
+    status alone; after a notice (the turn has likely ended) the whole turn at once."""
+    if not woken:
+        status = turn_status(turn=turn)
+        if status is not None and status not in TURN_TERMINAL:
+            return None
+    current = turn_reread(turn=turn)
+    if current is not None and current.status not in TURN_TERMINAL:
         return None
-    return _wait_body(turn)
+    return _answer(current or turn)
 
 
 WAIT_ANSWER = OpenApiResponse(
@@ -285,14 +290,16 @@ async def _wait_async(turn: Turn, timeout: float) -> AsyncIterator[bytes]:
     signals = turn_signals.waiters()
     with signals.registered(str(turn.thread_id)) as woken:
         await signals.ready()  # registered first: an end committed after the read wakes us
+        noticed = False
         while True:
             woken.clear()
-            body = await database_sync_to_async(_body_once_ended)(turn)
+            body = await database_sync_to_async(_body_once_ended)(turn, woken=noticed)
             remaining = deadline - loop.time()
             if body is not None or remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), min(remaining, RECHECK_S))
+            noticed = woken.is_set()
     yield body if body is not None else await database_sync_to_async(_wait_body)(turn)
 
 

@@ -84,7 +84,8 @@ def thread_create(
         raise ValidationFailed(f"no agent named {agent_name!r}", field="agent") from error
     if metadata is not None and not isinstance(metadata, Mapping):
         raise ValidationFailed("metadata must be an object", field="metadata")
-    thread = Thread.objects.create(
+    # No signal receivers listen to threads: the row goes in by hand (common.rows).
+    thread = columns_of(Thread).insert(Thread(
         tenant=tenant,
         agent_name=agent_name,
         origin_agent_name=agent_name,
@@ -95,7 +96,7 @@ def thread_create(
         root_id=(parent.root_id or parent.pk) if parent is not None else None,
         parent_relationship=relationship,
         arguments=arguments,
-    )
+    ))  # fmt: skip
     for name, item in (env or {}).items():
         thread_env_set(thread=thread, name=name, value=item.value, type=item.type)
     publish(thread, "thread.created", {"id": str(thread.id), "agent": thread.agent_name})
