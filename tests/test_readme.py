@@ -26,13 +26,14 @@ QUICKSTART_MARK = "Talk to the assistant"
 PLACEHOLDER = "KEY=sap_…; API=http://127.0.0.1:8000/api/v1"
 
 
-def quickstart() -> str:
-    """The first ``sh`` block after the quickstart's paragraph."""
+def quickstart() -> list[str]:
+    """The quickstart's two ``sh`` blocks: a turn submitted then waited for, and one
+    submitted and waited for in one request (it reuses the first block's variables)."""
     text = README.read_text()
     after = text[text.index(QUICKSTART_MARK) :]
-    found = re.search(r"```sh\n(.*?)```", after, flags=re.DOTALL)
-    assert found is not None, "the README's quickstart has no sh block"
-    return found.group(1)
+    found = re.findall(r"```sh\n(.*?)```", after, flags=re.DOTALL)[:2]
+    assert len(found) == 2, "the README's quickstart has not its two sh blocks"
+    return found
 
 
 @pytest.fixture
@@ -60,9 +61,10 @@ def test_the_readme_quickstart_submits_a_turn_and_waits_for_its_answer(
     settings.AGENT_PLATFORM_ENV_SECRETS = {}  # the scripted demo model, as without keys
     call_command("seed_demo_agents")
     key = make_api_key(demo, name="readme").secret
-    script = quickstart()
-    assert PLACEHOLDER in script
-    script = script.replace(PLACEHOLDER, f"KEY={key}; API=http://127.0.0.1:{served}/api/v1")
+    first, second = quickstart()
+    assert PLACEHOLDER in first
+    first = first.replace(PLACEHOLDER, f"KEY={key}; API=http://127.0.0.1:{served}/api/v1")
+    script = f"{first}echo\n{second}"  # each answer on a line of its own
 
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -70,7 +72,10 @@ def test_the_readme_quickstart_submits_a_turn_and_waits_for_its_answer(
     )  # fmt: skip
 
     assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    answer, again = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert (again["done"], again["turn"]["status"]) == (True, "completed")
+    assert again["messages"][0]["content"] == "And the date?"
+    assert again["messages"][-1]["role"] == "assistant"
     assert answer["done"] is True
     assert answer["turn"]["status"] == "completed"
     roles = [message["role"] for message in answer["messages"]]
