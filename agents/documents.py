@@ -109,6 +109,9 @@ class ToolConfig(Strict):
 
     name: str
     optional: EnvName | None = None
+    # Every kind: the permission rule for calls of this tool (agents.permissions), a
+    # decision ("deny") or {"decision", "when"}.
+    approval: str | dict[str, Any] | None = None
     # PromptToolConfig
     env: dict[EnvName, str] | None = None
     options: dict[str, Any] | None = None
@@ -126,7 +129,7 @@ class ToolConfig(Strict):
     init_agent_name_property: str | None = None
 
     def keys_set(self) -> frozenset[str]:
-        return frozenset(self.model_fields_set) - {"name", "optional"}
+        return frozenset(self.model_fields_set) - {"name", "optional", "approval"}
 
 
 ToolRef = str | ToolConfig

@@ -31,6 +31,7 @@ from agents.documents import (
     binding_name,
     tool_ref_name,
 )
+from agents.permissions import ASK_NOT_DRIVEN, DRIVEN, ConditionInvalid, rule_from
 
 Kind = Literal["models", "prompts", "agents", "code_tools"]
 KINDS: tuple[Kind, ...] = ("models", "prompts", "agents", "code_tools")
@@ -220,6 +221,8 @@ class _Context:
                     f"{key} does not apply: {target!r} is {what}",
                 )  # fmt: skip
             yield from self._init_properties(doc, index, ref, schema)
+            if ref.approval is not None:
+                yield from _approval_problems(doc, index, ref.approval)
 
     def _init_properties(
         self, doc: PromptDoc, index: int, ref: ToolConfig, schema: dict[str, Any] | None
@@ -377,3 +380,17 @@ def _join(prefix: str, path: str) -> str:
     if not path or path == "$":
         return prefix
     return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def _approval_problems(doc: PromptDoc, index: int, approval: Any) -> Iterator[Problem]:
+    """A ``tools[]`` entry's ``approval`` must be a rule the runtime drives."""
+    at = f"tools[{index}].approval"
+    try:
+        rule = rule_from(approval, source="prompt")
+    except ConditionInvalid as error:
+        path = f"{at}.{error.path}" if error.path else at
+        yield Problem("prompts", doc.name, path, error.message)
+        return
+    if rule.decision not in DRIVEN:
+        yield Problem("prompts", doc.name, f"{at}.decision" if isinstance(approval, dict) else at,
+                      ASK_NOT_DRIVEN)  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from agents.permissions import ASK_NOT_DRIVEN, DRIVEN, ConditionInvalid, Rule, rule_from
 from agents.registry.catalog import Registry, current_registry
 from agents.registry.entries import (
     NO_ARGS_SCHEMA,
@@ -37,6 +38,7 @@ def tool(
     name: str | None = None,
     variables: Iterable[VariableDefinition] = (),
     progress_argument: str | None = None,
+    approval: str | Mapping[str, Any] | None = None,
     into: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register a function tool, called ``function(state, args)`` (or ``function(state)`` when
@@ -44,7 +46,9 @@ def tool(
     else the validated dict.
 
     ``name`` defaults to the function's name and must be snake_case (at most 64 characters);
-    ``progress_argument`` must name a top-level argument. Raises :class:`RegistryError`.
+    ``progress_argument`` must name a top-level argument; ``approval`` is the tool's default
+    permission rule (:mod:`agents.permissions`: ``"deny"``, or ``{"decision", "when"}``),
+    weighed with the rules of the prompts that list it. Raises :class:`RegistryError`.
     """
 
     def register(function: F) -> F:
@@ -61,6 +65,7 @@ def tool(
                 "is not one of its arguments"
             )
         entry = ToolEntry(
+            approval=_approval(approval, tool_name, origin),
             name=tool_name,
             description=_description(description, origin),
             args_schema=schema if schema is not None else dict(NO_ARGS_SCHEMA),
@@ -75,6 +80,21 @@ def tool(
         return function
 
     return register
+
+
+def _approval(value: str | Mapping[str, Any] | None, tool_name: str, origin: str) -> Rule | None:
+    if value is None:
+        return None
+    try:
+        rule = rule_from(value, source="registry")
+    except ConditionInvalid as error:
+        where = f" at {error.path}" if error.path else ""
+        raise RegistryError(
+            f"approval of tool {tool_name!r} at {origin}{where}: {error.message}"
+        ) from None
+    if rule.decision not in DRIVEN:
+        raise RegistryError(f"approval of tool {tool_name!r} at {origin}: {ASK_NOT_DRIVEN}")
+    return rule
 
 
 def hook(

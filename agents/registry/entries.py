@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from agents.documents import VariableDefinition as VariableDefinition  # as in definitions
+from agents.permissions import Rule
 from agents.schemas import ArgumentsInvalid, problems_from_pydantic, validate_args
 from common.errors import DomainError
 
@@ -86,6 +87,7 @@ class ToolEntry:
     variables: tuple[VariableDefinition, ...] = ()
     progress_argument: str | None = None
     takes_args: bool = True
+    approval: Rule | None = None  # the tool's default permission rule
 
     @property
     def origin(self) -> str:

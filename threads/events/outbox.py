@@ -50,6 +50,7 @@ DEFERRED = frozenset(
         EventType.STEP_STARTED,
         EventType.STEP_COMPLETED,
         EventType.SIDE_COMPLETED,
+        EventType.PERMISSION_EVALUATED,  # then the call starts, or fails, with an event
     }
 )
 # Events that record no write of their own (progress markers, ``state.emit``): when they

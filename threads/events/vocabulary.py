@@ -38,6 +38,7 @@ class EventType(StrEnum):
     TOOL_PROGRESS = "tool.progress"
     TOOL_RESULT = "tool.result"
     TOOL_FAILED = "tool.failed"
+    PERMISSION_EVALUATED = "permission.evaluated"
     KV_CHANGED = "kv.changed"
     FILE_CHANGED = "file.changed"
     EFFECT_SCHEDULED = "effect.scheduled"
@@ -215,6 +216,18 @@ class ToolEnded(TypedDict):
     error: NotRequired[str | None]
 
 
+class PermissionEvaluated(TypedDict):
+    """The permission rules decided on tool call ``tool_call_id`` (of tool ``name``) before
+    it ran: ``decision`` is ``allow`` or ``deny``; ``rule`` is the rule that decided
+    (``{decision, source, when?}``, ``source`` being ``registry`` or ``prompt``), null when
+    none applied and the call was allowed."""
+
+    tool_call_id: str
+    name: str
+    decision: str
+    rule: dict[str, Any] | None
+
+
 class KvChanged(TypedDict):
     """A KV value was set or deleted (never the value itself)."""
 
@@ -282,6 +295,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.TOOL_PROGRESS: ToolProgress,
     EventType.TOOL_RESULT: ToolEnded,
     EventType.TOOL_FAILED: ToolEnded,
+    EventType.PERMISSION_EVALUATED: PermissionEvaluated,
     EventType.KV_CHANGED: KvChanged,
     EventType.FILE_CHANGED: FileChanged,
     EventType.EFFECT_SCHEDULED: EffectChanged,

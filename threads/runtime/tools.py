@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.documents import SessionBinding, ToolConfig
+from agents.permissions import decide, rule_from
 from agents.providers.base import ToolCall
 from agents.registry import HookName, ToolEntry, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
@@ -130,17 +131,25 @@ class ToolRunner:
         forced: ResolvedTool | None = None,
         execute: Callable[[], ToolResult] | None = None,
     ) -> ToolOutcome:
-        """Run one call: events, the tool (or ``execute``, which the runtime supplies for a
-        call it makes itself), the after-call hooks, the stored result and its log row."""
-        self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
-        log_id = new_id()
-        self.flow.publish(
-            "tool.started", {"tool_call_id": call.id, "name": call.name,
-                             **self._arguments_or_ref(call, log_id)},
-        )  # fmt: skip
-        started = time.perf_counter()
+        """Run one call: its permission (not for a call the runtime makes itself, with
+        ``execute``), events, the tool (or ``execute``), the after-call hooks, the stored
+        result and its log row. A denied call does not start: its result is the denial."""
         resolved = forced or self.tools.get(call.name)
-        result = execute() if execute is not None else self._execute(call, resolved, issuer)
+        log_id = new_id()
+        denied = self._denial(call, resolved) if execute is None else None
+        if denied is None:
+            self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
+            self.flow.publish(
+                "tool.started", {"tool_call_id": call.id, "name": call.name,
+                                 **self._arguments_or_ref(call, log_id)},
+            )  # fmt: skip
+        started = time.perf_counter()
+        if denied is not None:
+            result = denied
+        elif execute is not None:
+            result = execute()
+        else:
+            result = self._execute(call, resolved, issuer)
         hook = (
             HookName.AFTER_TOOL_CALL_SUCCESS
             if result.status == "success"
@@ -175,6 +184,30 @@ class ToolRunner:
         ):
             return contextlib.nullcontext()
         return self.flow.outbox.batch()
+
+    def _denial(self, call: ToolCall, resolved: ResolvedTool | None) -> ToolResult | None:
+        """Weigh the call's permission rules (its registry default, its prompt entry's) and
+        record the decision; the result a denied call gets, None when it may run."""
+        rules = []
+        if resolved is not None and resolved.entry is not None and resolved.entry.approval:
+            rules.append(resolved.entry.approval)
+        if resolved is not None and resolved.config is not None and resolved.config.approval:
+            rules.append(rule_from(resolved.config.approval, source="prompt"))
+        arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
+        verdict = decide(rules, arguments)
+        self.flow.publish(
+            "permission.evaluated",
+            {"tool_call_id": call.id, "name": call.name, "decision": verdict.decision,
+             "rule": verdict.rule.as_json() if verdict.rule is not None else None},
+        )  # fmt: skip
+        if verdict.decision != "deny":
+            return None
+        source = verdict.rule.source if verdict.rule is not None else ""
+        return ToolResult.failure(
+            f"Permission denied: a {source} rule denies calls of {call.name!r}"
+            + (" with these arguments" if verdict.rule and verdict.rule.when is not None else ""),
+            code="permission_denied",
+        )
 
     def _arguments_or_ref(self, call: ToolCall, log_id: uuid.UUID) -> dict[str, Any]:
         """``tool.started`` carries the arguments, or above ``INLINE_LIMIT`` bytes of JSON a

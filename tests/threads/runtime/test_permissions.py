@@ -1,0 +1,117 @@
+"""Permission rules weighed before each tool call (agents.permissions), in process: a denied
+call does not run and the model reads why; every decision is an event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.registry import tool
+from tests.threads.runtime.conftest import Engine, prompt, rows
+from threads.models import Event, Log, Message, Thread
+
+ABOVE_100 = {">": [{"var": "amount"}, 100]}
+
+
+def _refund_tool(engine: Engine, **approval: Any) -> list[float]:
+    refunded: list[float] = []
+
+    @tool(
+        description="Refund an amount.",
+        args={"type": "object", "properties": {"amount": {"type": "number"}}},
+        **approval,
+    )
+    def refund(state: Any, args: dict[str, Any]) -> str:
+        refunded.append(args["amount"])
+        return f"refunded {args['amount']}"
+
+    return refunded
+
+
+def _helper(engine: Engine, entry: Any = "refund") -> Thread:
+    engine.define(
+        prompts=[prompt("helper", tools=[entry])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    return engine.thread("helper")
+
+
+def _decisions(thread: Thread) -> list[tuple[str, str, Any]]:
+    return [
+        (e.payload["name"], e.payload["decision"], e.payload["rule"])
+        for e in Event.objects.filter(thread=thread, type="permission.evaluated").order_by(
+            "sequence"
+        )
+    ]
+
+
+def test_a_call_no_rule_covers_runs_and_its_allow_is_recorded(engine: Engine) -> None:
+    refunded = _refund_tool(engine)
+    thread = _helper(engine)
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 5}}]).text("Done.")
+    engine.send(thread, "refund 5")
+
+    engine.drive(thread)
+
+    assert refunded == [5]
+    assert _decisions(thread) == [("refund", "allow", None)]
+
+
+def test_a_prompt_deny_stops_the_call_and_the_model_reads_why(engine: Engine) -> None:
+    refunded = _refund_tool(engine)
+    thread = _helper(engine, {"name": "refund", "approval": "deny"})
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 5}}]).text("Sorry.")
+    engine.send(thread, "refund 5")
+
+    engine.drive(thread)
+
+    assert refunded == []
+    denial = "Failed to execute tool: Permission denied: a prompt rule denies calls of 'refund'"
+    assert rows(thread)[2] == ("tool", "a", denial, "error")
+    assert engine.script.requests[1].messages[-1].text == denial
+    assert _decisions(thread) == [
+        ("refund", "deny", {"decision": "deny", "source": "prompt"}),
+    ]
+    events = Event.objects.filter(thread=thread).order_by("sequence")
+    types = list(events.values_list("type", flat=True))
+    assert "tool.started" not in types  # a denied call never starts
+    assert types[types.index("permission.evaluated") + 2] == "tool.failed"
+    assert Log.objects.get(thread=thread, kind="tool").data["status"] == "error"
+    denied = Message.objects.get(thread=thread, role="tool")
+    assert denied.metadata["error_code"] == "permission_denied"
+
+
+def test_a_registry_deny_beats_a_prompt_allow(engine: Engine) -> None:
+    refunded = _refund_tool(engine, approval="deny")
+    thread = _helper(engine, {"name": "refund", "approval": "allow"})
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 5}}]).text("Sorry.")
+    engine.send(thread, "refund 5")
+
+    engine.drive(thread)
+
+    assert refunded == []
+    assert _decisions(thread) == [
+        ("refund", "deny", {"decision": "deny", "source": "registry"}),
+    ]
+
+
+def test_an_argument_condition_denies_only_above_its_threshold(engine: Engine) -> None:
+    refunded = _refund_tool(engine)
+    rule = {"decision": "deny", "when": ABOVE_100}
+    thread = _helper(engine, {"name": "refund", "approval": rule})
+    engine.script.tool_calls([
+        {"name": "refund", "arguments": {"amount": 50}, "id": "small"},
+        {"name": "refund", "arguments": {"amount": 500}, "id": "large"},
+    ]).text("One of two.")  # fmt: skip
+    engine.send(thread, "refund both")
+
+    engine.drive(thread)
+
+    assert refunded == [50]
+    assert [(row[0], row[3]) for row in rows(thread)[2:4]] == [
+        ("tool", "success"), ("tool", "error"),
+    ]  # fmt: skip
+    assert "with these arguments" in (rows(thread)[3][2] or "")
+    assert _decisions(thread) == [
+        ("refund", "allow", None),
+        ("refund", "deny", {"decision": "deny", "source": "prompt", "when": ABOVE_100}),
+    ]
