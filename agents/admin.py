@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from agents.models import Agent, CodeTool, Definition, Model, Prompt
+from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
 
 
 class DefinitionAdmin(admin.ModelAdmin[Definition]):
@@ -51,3 +51,21 @@ class AgentAdmin(DefinitionAdmin):
 @admin.register(CodeTool)
 class CodeToolAdmin(DefinitionAdmin):
     list_display = ["name", "tenant", "language", "updated_at"]
+
+
+@admin.register(PermissionRule)
+class PermissionRuleAdmin(admin.ModelAdmin[PermissionRule]):
+    """Read-only like definitions: changes go through the API, which checks them."""
+
+    list_display = ["decision", "tool", "agent", "tenant", "updated_at"]
+    list_filter = ["tenant", "decision"]
+    search_fields = ["tool", "agent", "description", "tenant__slug"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -17,7 +17,13 @@ from rest_framework.views import APIView
 
 from agents.bundles import bundle_dump, bundle_export, bundle_import, bundle_parse
 from agents.documents import AgentDoc, CodeToolDoc, ModelDoc, PromptDoc
-from agents.models import Agent, CodeTool, Definition, Model, Prompt
+from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
+from agents.permission_rules import FIELDS as PERMISSION_RULE_FIELDS
+from agents.permission_rules import (
+    permission_rule_delete,
+    permission_rule_json,
+    permission_rule_save,
+)
 from agents.services import (
     KEEP,
     definition_delete,
@@ -30,6 +36,7 @@ from agents.services import (
 from agents.validation import Kind
 from common.errors import NotFound, ValidationFailed
 from common.schema import error_response, error_responses
+from tenancy.models import Role
 from tenancy.viewsets import TenantScopedViewSet, request_principal
 
 
@@ -264,3 +271,73 @@ class RegistryListingView(APIView):
             raise NotFound(f"no registry listing {kind!r}; try {', '.join(_REGISTRY_LISTINGS)}")
         view = current_registry().visible_to(request_principal(request).tenant.slug)
         return Response({"results": _REGISTRY_LISTINGS[kind](view)})
+
+
+# Permission rules -----------------------------------------------------------------------------
+
+
+class PermissionRuleInput(BaseModel):
+    """A tenant permission rule: ``decision`` for calls of ``tool`` by agent ``agent``
+    (empty: every tool, every agent), limited by the condition ``when`` (docs/definitions.md)."""
+
+    agent: str = Field("", description="an agent's name; empty: every agent")
+    tool: str = Field("", description="a tool's name; empty: every tool")
+    decision: Literal["allow", "deny"]
+    when: Any = Field(None, description="a JSON-logic condition on the call's arguments")
+    description: str = Field("", max_length=500)
+
+
+class PermissionRuleOutput(PermissionRuleInput):
+    id: str
+    created_at: str
+    updated_at: str
+
+
+class PermissionRuleViewSet(TenantScopedViewSet):
+    """A tenant's permission rules for tool calls, weighed with the registry's and the
+    prompts' before every call (the most restrictive wins). Admins write them."""
+
+    queryset = PermissionRule.objects.all()
+    write_role = Role.ADMIN
+    lookup_value_regex = "[0-9a-fA-F-]{36}"
+
+    @extend_schema(
+        operation_id="permission_rules_list", responses=OpenApiTypes.OBJECT,
+        description="Paginated: `{count, next, previous, results}`, oldest first",
+    )  # fmt: skip
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None
+        return self.get_paginated_response([permission_rule_json(row) for row in page])
+
+    @extend_schema(request=PermissionRuleInput, responses={201: PermissionRuleOutput})
+    def create(self, request: Request) -> Response:
+        row = permission_rule_save(tenant=self.principal.tenant, data=request.data)
+        return Response(permission_rule_json(row), status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses=PermissionRuleOutput)
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(permission_rule_json(self.get_object()))
+
+    @extend_schema(request=PermissionRuleInput, responses=PermissionRuleOutput)
+    def update(self, request: Request, pk: str) -> Response:
+        row = permission_rule_save(
+            tenant=self.principal.tenant, data=request.data, current=self.get_object()
+        )
+        return Response(permission_rule_json(row))
+
+    @extend_schema(request=PermissionRuleInput, responses=PermissionRuleOutput)
+    def partial_update(self, request: Request, pk: str) -> Response:
+        current = self.get_object()
+        merged = {name: getattr(current, name) for name in PERMISSION_RULE_FIELDS}
+        if not isinstance(request.data, Mapping):
+            raise ValidationFailed("the body must be a JSON object")
+        row = permission_rule_save(
+            tenant=self.principal.tenant, data=merged | dict(request.data), current=current
+        )
+        return Response(permission_rule_json(row))
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, pk: str) -> Response:
+        permission_rule_delete(tenant=self.principal.tenant, row=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -155,3 +155,30 @@ DEFINITION_MODELS: dict[str, type[Definition]] = {
     "agents": Agent,
     "code_tools": CodeTool,
 }
+
+
+class PermissionDecision(models.TextChoices):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class PermissionRule(TenantOwned):
+    """A tenant's permission rule for tool calls (:mod:`agents.permissions`): ``decision``
+    for calls of ``tool`` by agent ``agent`` (blank: every tool, every agent), limited by
+    the condition ``when`` on the call's arguments (null: every call)."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    agent = models.CharField(max_length=64, blank=True)
+    tool = models.CharField(max_length=64, blank=True)
+    decision = models.CharField(max_length=8, choices=PermissionDecision.choices)
+    when = models.JSONField(null=True, blank=True)
+    description = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=now, editable=False)
+    updated_at = models.DateTimeField(default=now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.tool or '*'} for {self.agent or '*'}"

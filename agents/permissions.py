@@ -1,8 +1,9 @@
 """Permission rules for tool calls: ``allow``, ``ask`` or ``deny``, each optionally limited by
 a condition on the call's arguments.
 
-A rule comes from a registry tool's default (``@tool(approval=...)``) or from a prompt's
-``tools[]`` entry (``approval``). Every rule that applies to a call is weighed and the most
+A rule comes from a registry tool's default (``@tool(approval=...)``), a prompt's
+``tools[]`` entry (``approval``) or the tenant's own rules (per agent and tool,
+:mod:`agents.permission_rules`). Every rule that applies to a call is weighed and the most
 restrictive wins: ``deny`` over ``ask`` over ``allow``, so a deny or ask can never be
 overridden by an allow. A call no rule applies to is allowed.
 
@@ -51,11 +52,12 @@ class ConditionInvalid(ValueError):
 @dataclass(frozen=True)
 class Rule:
     """One rule: its decision, the condition limiting it (None: every call) and where it was
-    declared (``registry`` or ``prompt``)."""
+    declared (``registry``, ``prompt`` or ``tenant``)."""
 
     decision: Decision
     when: Any = None
     source: str = ""
+    id: str = ""  # a tenant rule's id
 
     def applies(self, arguments: Mapping[str, Any]) -> bool:
         return self.when is None or truthy(evaluate(self.when, arguments))
@@ -64,6 +66,8 @@ class Rule:
         found: dict[str, Any] = {"decision": self.decision, "source": self.source}
         if self.when is not None:
             found["when"] = self.when
+        if self.id:
+            found["id"] = self.id
         return found
 
 

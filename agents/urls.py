@@ -5,6 +5,7 @@ from agents.api import (
     BundleView,
     CodeToolViewSet,
     ModelViewSet,
+    PermissionRuleViewSet,
     PromptViewSet,
     RegistryListingView,
 )
@@ -15,6 +16,7 @@ router.register("models", ModelViewSet, basename="model")
 router.register("prompts", PromptViewSet, basename="prompt")
 router.register("agents", AgentViewSet, basename="agent")
 router.register("code-tools", CodeToolViewSet, basename="code-tool")
+router.register("permission-rules", PermissionRuleViewSet, basename="permission-rule")
 
 urlpatterns = [
     re_path(r"^bundles/?$", BundleView.as_view(), name="bundles"),

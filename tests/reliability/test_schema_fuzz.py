@@ -31,6 +31,7 @@ from pytest_django.fixtures import Settings
 from schemathesis import Case, CheckContext, Response
 from schemathesis.schemas import BaseSchema
 
+from agents.models import PermissionRule
 from common.time import now_us
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
@@ -73,6 +74,7 @@ class World:
     queued_turn: str
     ended_turn: str
     other_key: str
+    rule: str
 
 
 def _world() -> World:
@@ -97,6 +99,7 @@ def _world() -> World:
         queued_turn=str(queued.pk),
         ended_turn=str(ended.pk),
         other_key=str(make_api_key(tenant, name="other", role=Role.MEMBER).api_key.id),
+        rule=str(PermissionRule.objects.create(tenant=tenant, tool="refund", decision="deny").id),
     )
 
 
@@ -143,7 +146,11 @@ def _path_values(path: str, world: World) -> dict[str, str]:
     turn = world.ended_turn if path.endswith(("/wait", "/stream")) else world.queued_turn
     values = {
         "thread_id": world.thread,
-        "id": world.other_key if path.startswith("/api/v1/api-keys/") else world.thread,
+        "id": world.other_key
+        if path.startswith("/api/v1/api-keys/")
+        else world.rule
+        if path.startswith("/api/v1/permission-rules/")
+        else world.thread,
         "name": next((name for prefix, name in NAMES.items() if path.startswith(prefix)), ""),
         "message_id": world.message,
         "log_id": world.log,

@@ -17,6 +17,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
 from agents.bundles import bundle_export
+from agents.models import PermissionRule
 from agents.registry import thread_endpoint, use_registry
 from common.time import now_us
 from config.routing import websocket_urlpatterns
@@ -61,6 +62,10 @@ def _owned_definition(name: str) -> Callable[[Tenant], dict[str, str]]:
         return {"name": name}
 
     return build
+
+
+def _owned_permission_rule(tenant: Tenant) -> str:
+    return str(PermissionRule.objects.create(tenant=tenant, tool="refund", decision="deny").id)
 
 
 def _owned_thread(tenant: Tenant) -> dict[str, str]:
@@ -157,6 +162,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-fs-search": _owned_thread,
     "thread-fs-stats": _owned_thread,
     "thread-turns": _owned_thread,
+    "thread-turns-wait": _owned_thread,
     "thread-children": _owned_children,
     "thread-variables": _owned_variable_request,
     "turn-detail": _owned_turn,
@@ -170,6 +176,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "prompt-detail": _owned_definition("assistant"),
     "agent-detail": _owned_definition("helper"),
     "code-tool-detail": _owned_definition("tally_words"),
+    "permission-rule-detail": lambda tenant: {"pk": _owned_permission_rule(tenant)},
 }
 
 
@@ -187,6 +194,7 @@ def _tenant_state(tenant: Tenant) -> object:
     return (
         list(ApiKey.objects.for_tenant(tenant).values()),
         bundle_export(tenant=tenant),
+        list(PermissionRule.objects.for_tenant(tenant).values()),
         list(Thread.objects.for_tenant(tenant).values()),
         list(Message.objects.for_tenant(tenant).values()),
         list(Log.objects.for_tenant(tenant).values()),

@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 
 from agents import selectors
 from agents.documents import AgentDoc, CodeToolDoc, PromptDoc, ToolConfig, tool_ref_name
+from agents.permission_rules import TenantRule, tenant_rules_load
 from agents.providers.base import ModelSpec, ToolSpec
 from agents.providers.schemas import empty_object_schema
 from agents.registry import RegistryView, ToolEntry, current_registry
@@ -73,6 +74,11 @@ class FlowDefinitions:
         return selectors.definitions_cached(
             tenant=self.tenant, version=self.version, key=key, load=load
         )
+
+    @cached_property
+    def permission_rules(self) -> tuple[TenantRule, ...]:
+        """The tenant's own permission rules (agents.permission_rules)."""
+        return self._cached(("permission_rules", ""), lambda: tenant_rules_load(tenant=self.tenant))
 
     @cached_property
     def prompt_names(self) -> frozenset[str]:

@@ -186,13 +186,20 @@ class ToolRunner:
         return self.flow.outbox.batch()
 
     def _denial(self, call: ToolCall, resolved: ResolvedTool | None) -> ToolResult | None:
-        """Weigh the call's permission rules (its registry default, its prompt entry's) and
-        record the decision; the result a denied call gets, None when it may run."""
+        """Weigh the call's permission rules (its registry default, its prompt entry's, the
+        tenant's for this agent and tool) and record the decision; the result a denied call
+        gets, None when it may run."""
         rules = []
         if resolved is not None and resolved.entry is not None and resolved.entry.approval:
             rules.append(resolved.entry.approval)
         if resolved is not None and resolved.config is not None and resolved.config.approval:
             rules.append(rule_from(resolved.config.approval, source="prompt"))
+        agent = self.flow.agent.name
+        rules += [
+            own.rule
+            for own in self.flow.defs.permission_rules
+            if own.covers(agent=agent, tool=call.name)
+        ]
         arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
         verdict = decide(rules, arguments)
         self.flow.publish(

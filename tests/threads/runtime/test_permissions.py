@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.models import PermissionRule
 from agents.registry import tool
+from agents.selectors import definitions_changed
 from tests.threads.runtime.conftest import Engine, prompt, rows
 from threads.models import Event, Log, Message, Thread
 
@@ -115,3 +117,33 @@ def test_an_argument_condition_denies_only_above_its_threshold(engine: Engine) -
         ("refund", "allow", None),
         ("refund", "deny", {"decision": "deny", "source": "prompt", "when": ABOVE_100}),
     ]
+
+
+def test_a_tenant_rule_covers_its_agent_and_tool_and_beats_a_prompt_allow(
+    engine: Engine,
+) -> None:
+    refunded = _refund_tool(engine)
+    thread = _helper(engine, {"name": "refund", "approval": "allow"})
+    others = PermissionRule.objects.create(
+        tenant=engine.tenant, agent="someone_else", tool="refund", decision="deny"
+    )
+    mine = PermissionRule.objects.create(
+        tenant=engine.tenant, agent="helper", tool="", decision="deny", when=ABOVE_100
+    )
+    definitions_changed(tenant=engine.tenant)
+    engine.script.tool_calls([
+        {"name": "refund", "arguments": {"amount": 50}, "id": "small"},
+        {"name": "refund", "arguments": {"amount": 500}, "id": "large"},
+    ]).text("One of two.")  # fmt: skip
+    engine.send(thread, "refund both")
+
+    engine.drive(thread)
+
+    assert refunded == [50]
+    assert _decisions(thread) == [
+        ("refund", "allow", {"decision": "allow", "source": "prompt"}),
+        ("refund", "deny",
+         {"decision": "deny", "source": "tenant", "when": ABOVE_100, "id": str(mine.id)}),
+    ]  # fmt: skip
+    assert "a tenant rule denies" in (rows(thread)[3][2] or "")
+    assert others.agent != thread.agent_name
