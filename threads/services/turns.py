@@ -103,11 +103,17 @@ def turn_list(*, thread: Thread, status: str | None = None) -> QuerySet[Turn]:
 
 
 def turn_message_ids(*, turns: Sequence[Turn]) -> dict[uuid.UUID, list[str]]:
-    """The ids of the messages each turn wrote, in order (one query)."""
+    """The ids of the messages each turn wrote, in order (one hand-written statement: every
+    turn read answers them)."""
     found: dict[uuid.UUID, list[str]] = {turn.pk: [] for turn in turns}
-    rows = Message.objects.filter(turn_id__in=list(found)).order_by("seq")
-    for turn_id, message_id in rows.values_list("turn_id", "id"):
-        if turn_id is not None:
+    if not found:
+        return found
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT turn_id, id FROM threads_message WHERE turn_id = ANY(%s) ORDER BY seq",
+            [list(found)],
+        )
+        for turn_id, message_id in cursor.fetchall():
             found[turn_id].append(str(message_id))
     return found
 
