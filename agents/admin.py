@@ -11,11 +11,8 @@ from django.http import HttpRequest
 from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
 
 
-class DefinitionAdmin(admin.ModelAdmin[Definition]):
-    list_filter = ["tenant"]
-    search_fields = ["name", "tenant__slug"]
-    readonly_fields = ["tenant", "created_at", "updated_at"]
-    exclude = ["api_key_encrypted"]
+class ReadOnly:
+    """Admin pages that show rows and change none."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -25,6 +22,13 @@ class DefinitionAdmin(admin.ModelAdmin[Definition]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class DefinitionAdmin(ReadOnly, admin.ModelAdmin[Definition]):
+    list_filter = ["tenant"]
+    search_fields = ["name", "tenant__slug"]
+    readonly_fields = ["tenant", "created_at", "updated_at"]
+    exclude = ["api_key_encrypted"]
 
 
 @admin.register(Model)
@@ -54,18 +58,9 @@ class CodeToolAdmin(DefinitionAdmin):
 
 
 @admin.register(PermissionRule)
-class PermissionRuleAdmin(admin.ModelAdmin[PermissionRule]):
+class PermissionRuleAdmin(ReadOnly, admin.ModelAdmin[PermissionRule]):
     """Read-only like definitions: changes go through the API, which checks them."""
 
     list_display = ["decision", "tool", "agent", "tenant", "updated_at"]
     list_filter = ["tenant", "decision"]
     search_fields = ["tool", "agent", "description", "tenant__slug"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -37,6 +37,15 @@ def _helper(engine: Engine, entry: Any = "refund") -> Thread:
     return engine.thread("helper")
 
 
+def _small_and_large(engine: Engine, thread: Thread) -> None:
+    """The model asks for a refund of 50, then one of 500, in one answer."""
+    engine.script.tool_calls([
+        {"name": "refund", "arguments": {"amount": 50}, "id": "small"},
+        {"name": "refund", "arguments": {"amount": 500}, "id": "large"},
+    ]).text("One of two.")  # fmt: skip
+    engine.send(thread, "refund both")
+
+
 def _decisions(thread: Thread) -> list[tuple[str, str, Any]]:
     return [
         (e.payload["name"], e.payload["decision"], e.payload["rule"])
@@ -100,11 +109,7 @@ def test_an_argument_condition_denies_only_above_its_threshold(engine: Engine) -
     refunded = _refund_tool(engine)
     rule = {"decision": "deny", "when": ABOVE_100}
     thread = _helper(engine, {"name": "refund", "approval": rule})
-    engine.script.tool_calls([
-        {"name": "refund", "arguments": {"amount": 50}, "id": "small"},
-        {"name": "refund", "arguments": {"amount": 500}, "id": "large"},
-    ]).text("One of two.")  # fmt: skip
-    engine.send(thread, "refund both")
+    _small_and_large(engine, thread)
 
     engine.drive(thread)
 
@@ -131,11 +136,7 @@ def test_a_tenant_rule_covers_its_agent_and_tool_and_beats_a_prompt_allow(
         tenant=engine.tenant, agent="helper", tool="", decision="deny", when=ABOVE_100
     )
     definitions_changed(tenant=engine.tenant)
-    engine.script.tool_calls([
-        {"name": "refund", "arguments": {"amount": 50}, "id": "small"},
-        {"name": "refund", "arguments": {"amount": 500}, "id": "large"},
-    ]).text("One of two.")  # fmt: skip
-    engine.send(thread, "refund both")
+    _small_and_large(engine, thread)
 
     engine.drive(thread)
 
