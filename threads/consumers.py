@@ -1,10 +1,10 @@
 """WebSocket consumers: a thread's events (``/ws/threads/{id}/``) and a tenant's thread
 lifecycle (``/ws/events/``).
 
-Both accept the socket first and then close with an application code, so that browsers see
-the code: ``4400`` a malformed ``after``; ``4401`` no valid credentials, also later, when the
-socket's key is revoked or expires, its membership is removed, or its tenant or user is
-deactivated (``tenancy.credentials``); ``4404`` no such thread in the caller's tenant;
+Both accept the socket first and then close with an application code and a reason text, so
+that browsers see them: ``4400`` a malformed ``after``; ``4401`` no valid credentials, also
+later, when the socket's key is revoked or expires, its membership is removed, or its tenant
+or user is deactivated (``tenancy.credentials``); ``4404`` no such thread in the caller's tenant;
 ``4410`` the thread is terminated (after its events were sent). A client may send ``ping``
 (or ``{"type": "ping"}``) and gets ``{"type": "pong"}``.
 
@@ -40,6 +40,13 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_TERMINATED = 4410
+# The reason text each close frame carries (at most 123 bytes, the protocol's limit).
+CLOSE_REASONS = {
+    CLOSE_BAD_REQUEST: "bad request: after must be a whole number",
+    CLOSE_UNAUTHENTICATED: "unauthenticated: no valid API key or session, or it ended",
+    CLOSE_NOT_FOUND: "not found: no such thread in your tenant",
+    CLOSE_TERMINATED: "the thread is terminated",
+}
 # After a live ``thread.terminated``, how long the socket stays open for the aborted flow's
 # last events before closing with 4410 (a client that needs them all reconnects with after).
 TERMINATED_DRAIN_S = 1.0
@@ -106,6 +113,12 @@ class _EventSocket(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if _is_ping(text_data):
             await self.send(text_data=PONG)
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        """Close with ``code`` and its reason text (:data:`CLOSE_REASONS`) unless one is given."""
+        if reason is None and isinstance(code, int) and not isinstance(code, bool):
+            reason = CLOSE_REASONS.get(code)
+        await super().close(code=code, reason=reason)
 
     async def disconnect(self, code: int) -> None:
         if self.expiry is not None:

@@ -22,6 +22,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from common.time import now
+from config.asgi import application as asgi_application
 from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import Membership, Role, Tenant
@@ -41,6 +42,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 application = TenantAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
 Json = dict[str, Any]
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes
 
 
 async def _key(tenant: Tenant, role: Role = Role.READ_ONLY) -> str:
@@ -72,8 +74,11 @@ async def _receive_until(
 
 
 async def _close_code(socket: WebsocketCommunicator) -> int:
+    """The code the socket was closed with; every close frame says why in its reason."""
     output = await socket.receive_output(timeout=5)
     assert output["type"] == "websocket.close", output
+    assert output.get("reason"), output
+    assert len(output["reason"].encode()) <= MAX_CLOSE_REASON_BYTES
     code: int = output["code"]
     return code
 
@@ -204,6 +209,19 @@ async def test_a_socket_without_valid_credentials_is_closed_4401(tenant: Tenant)
 
     assert await _close_code(anonymous) == 4401
     assert await _close_code(forged) == 4401
+
+
+@pytest.mark.parametrize("path", ["/ws/nothing/", "/ws/threads/not-an-id/", "/api/v1/me"])
+async def test_a_socket_on_a_path_no_route_takes_is_closed_4404_naming_the_routes(
+    tenant: Tenant, path: str
+) -> None:
+    socket = WebsocketCommunicator(asgi_application, path)
+    connected, _ = await socket.connect()
+    assert connected
+    output = await socket.receive_output(timeout=5)
+
+    assert (output["type"], output["code"]) == ("websocket.close", 4404)
+    assert "/ws/threads/{id}/" in output["reason"]
 
 
 async def test_a_malformed_after_is_closed_4400(tenant: Tenant) -> None:
