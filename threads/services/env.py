@@ -30,6 +30,7 @@ from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
 from tenancy.models import Tenant
 from threads.models import EnvType, TenantEnv, Thread, ThreadEnv
+from threads.services.fence import terminated_check
 
 EnvTypeName = Literal["text", "secret"]
 
@@ -139,6 +140,7 @@ def thread_env_set(*, thread: Thread, name: str, value: str, type: str | None = 
     descendant threads (minus their scoped names) is the caller's: see
     :func:`thread_env_copy`.
     """
+    terminated_check(thread=thread, what="env variables")
     env_name_check(name)
     data = _value_bytes(value)
     wanted = _type_check(type)
@@ -187,6 +189,7 @@ def _env_upsert(
 @transaction.atomic
 def thread_env_delete(*, thread: Thread, name: str) -> bool:
     """Remove a thread variable; True when there was one."""
+    terminated_check(thread=thread, what="env variables")
     env_name_check(name)
     deleted, _ = (
         ThreadEnv.objects.for_tenant(thread.tenant).filter(thread=thread, name=name).delete()

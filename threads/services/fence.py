@@ -50,6 +50,19 @@ _LOCK = (
 _READ = "SELECT fence, terminated_at, status, stop_requested FROM threads_thread WHERE id = %s"
 
 
+class ThreadTerminated(Conflict):
+    """A write to a terminated thread: it accepts no new work and no more state."""
+
+    code = "terminated"
+
+
+def terminated_check(*, thread: Thread, what: str) -> None:
+    """Refuse a write to ``thread``'s ``what`` (its KV, files or env) once it is terminated,
+    as its messages and turns are."""
+    if thread.terminated_at is not None:
+        raise ThreadTerminated(f"the thread is terminated; its {what} accept no more writes")
+
+
 class StaleFence(Conflict):
     """The flow's fence is no longer the thread's: another worker took the thread over."""
 

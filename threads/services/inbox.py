@@ -21,7 +21,7 @@ from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.ids import new_id
 from threads.events import Outbox
 from threads.models import TURN_ACTIVE, RunStatus, Thread, Turn, TurnKind, TurnSource, TurnStrategy
-from threads.services.fence import fence_check
+from threads.services.fence import ThreadTerminated, fence_check
 from threads.services.lock import control_send
 from threads.services.messages import check_content, check_metadata
 from threads.services.status import turn_enqueue
@@ -29,10 +29,6 @@ from threads.services.wakeups import wake_on_commit
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
 MAX_TOOL_ARGS_BYTES = 256 * 1024
-
-
-class ThreadTerminated(Conflict):
-    code = "terminated"
 
 
 class ThreadBusy(Conflict):

@@ -36,6 +36,7 @@ from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
 from threads.events import Outbox, publish
 from threads.models import Thread, ThreadValue
+from threads.services.fence import terminated_check
 
 MAX_KEY_LENGTH = 255  # characters (ThreadValue.key's column width)
 MAX_VALUE_BYTES = 1024 * 1024  # bytes of the compact UTF-8 JSON serialisation
@@ -233,9 +234,10 @@ def value_set(*, thread: Thread, key: str, value: Any, outbox: Outbox | None = N
     """Upsert ``key`` (``None`` deletes it) and return what changed.
 
     Raises ValidationFailed (bad key, non-JSON value with a ``$`` path) or LimitExceeded
-    (a cap, named). Creating a new key locks the thread row briefly so the key count
-    cap holds under concurrent writers.
+    (a cap, named), Conflict on a terminated thread. Creating a new key locks the thread
+    row briefly so the key count cap holds under concurrent writers.
     """
+    terminated_check(thread=thread, what="KV values")
     _key_check(key)
     if value is None:
         return value_delete(thread=thread, key=key, outbox=outbox)
@@ -273,6 +275,7 @@ def _announced(thread: Thread, change: ValueChange, outbox: Outbox | None = None
 @transaction.atomic
 def value_delete(*, thread: Thread, key: str, outbox: Outbox | None = None) -> ValueChange:
     """Delete ``key``; deleting a missing key is not an error (the change is still reported)."""
+    terminated_check(thread=thread, what="KV values")
     _key_check(key)
     _rows(thread).filter(key=key).delete()
     change = ValueChange(key=key, deleted=True, updated_at=now_us())
@@ -303,8 +306,9 @@ def value_rename(*, thread: Thread, key: str, new_key: str) -> list[ValueChange]
 
     Returns the changes to announce, in order (old key deleted, new key written); none when
     the names are equal. Raises NotFound when ``key`` is absent, Conflict when ``new_key``
-    already exists.
+    already exists or the thread is terminated.
     """
+    terminated_check(thread=thread, what="KV values")
     _key_check(key)
     _key_check(new_key, field="new_key")
     row = _rows(thread).select_for_update().filter(key=key).first()

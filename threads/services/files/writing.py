@@ -16,6 +16,7 @@ from common.errors import Conflict, NotFound, ValidationFailed
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import Thread, ThreadFile
+from threads.services.fence import terminated_check
 from threads.services.files.storage import (
     FileData,
     _delete_after_commit,
@@ -66,6 +67,7 @@ def file_write(
     MAX_METADATA_BYTES). Replaced bytes are deleted after commit; when the write fails the
     new bytes are deleted at once.
     """
+    terminated_check(thread=thread, what="files")
     path = normalize_path(path)
     if path == "/":
         raise Conflict("/ is a directory", field="path")
@@ -120,6 +122,7 @@ def _upsert(
 def file_mkdir(*, thread: Thread, path: str, outbox: Outbox | None = None) -> ThreadFile:
     """Create the directory ``path`` and its missing parents; an existing directory is
     returned as is. Raises Conflict when a file is at ``path`` or above it."""
+    terminated_check(thread=thread, what="files")
     path = normalize_path(path)
     if path == "/":
         return _root(thread)
@@ -136,6 +139,7 @@ def file_rmdir(*, thread: Thread, path: str, outbox: Outbox | None = None) -> No
     Raises NotFound (no such directory), Conflict (a file, or not empty: the message
     names how many entries it holds), ValidationFailed (the root).
     """
+    terminated_check(thread=thread, what="files")
     path = normalize_path(path)
     if path == "/":
         raise ValidationFailed("the root directory cannot be removed", field="path")
@@ -155,6 +159,7 @@ def file_rmdir(*, thread: Thread, path: str, outbox: Outbox | None = None) -> No
 def file_unlink(*, thread: Thread, path: str, outbox: Outbox | None = None) -> bool:
     """Delete the file at ``path`` and (after commit) its bytes; False when there is none.
     Raises Conflict when ``path`` is a directory (use :func:`file_rmdir`)."""
+    terminated_check(thread=thread, what="files")
     path = normalize_path(path)
     if path == "/":
         raise Conflict("/ is a directory", field="path")
