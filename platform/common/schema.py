@@ -74,6 +74,10 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
     return {status: error_response(status) for status in statuses}
 
 
+# Writes under a thread can all be refused once the thread is terminated (409 terminated).
+THREAD_SCOPED = "/api/v1/threads/{thread_id}/"
+
+
 class AutoSchema(SpectacularAutoSchema):
     """drf-spectacular's AutoSchema plus the error statuses each operation can answer."""
 
@@ -103,6 +107,8 @@ class AutoSchema(SpectacularAutoSchema):
             statuses.append(404)
         if self.method in ("POST", "PUT", "PATCH") and self._takes_body():
             statuses += [408, 413, 415]
+        if self.method != "GET" and self.path.startswith(THREAD_SCOPED):
+            statuses.append(409)  # the thread is terminated: it accepts no more writes
         return statuses
 
     def _takes_body(self) -> bool:
