@@ -90,6 +90,33 @@ def test_raw_upload_stores_body_with_its_content_type(member: APIClient, thread:
     assert file_read(thread=thread, path="/docs/readme.md") == b"# Hi\n"
 
 
+@pytest.mark.parametrize(
+    ("path", "mime_type"),
+    [("images/p.png", "image/png"), ("notes/a.txt", "text/plain"),
+     ("data/blob.unknownext", "application/octet-stream")],
+)  # fmt: skip
+def test_an_upload_without_a_content_type_takes_the_type_its_name_says(
+    member: APIClient, thread: Thread, path: str, mime_type: str
+) -> None:
+    response = member.generic("PUT", _fs(thread, path), _png(3, 2), content_type="")
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["mime_type"] == mime_type
+
+
+def test_replacing_a_file_answers_200_and_keeps_its_creation_time(
+    member: APIClient, thread: Thread
+) -> None:
+    created = member.put(_fs(thread, "notes/a.txt"), b"one", content_type="text/plain")
+    replaced = member.put(_fs(thread, "notes/a.txt"), b"two!", content_type="text/plain")
+
+    assert (created.status_code, replaced.status_code) == (201, 200)
+    assert replaced.json()["created_at"] == created.json()["created_at"]
+    assert replaced.json()["updated_at"] > created.json()["updated_at"]
+    assert replaced.json()["size"] == 4
+    assert file_read(thread=thread, path="/notes/a.txt") == b"two!"
+
+
 def test_multipart_upload_takes_file_mime_type_and_metadata(
     member: APIClient, thread: Thread
 ) -> None:

@@ -5,7 +5,8 @@ Routes (roles as everywhere: read for ``GET``, member for the rest):
 * ``GET fs``, ``GET fs/<path>``: a directory → ``{path, entries: [FileRecord]}``; a file →
   its bytes. ``?stat=1`` → the FileRecord (the root included); ``?thumbnail=1&size=256`` →
   a PNG/JPEG thumbnail (404 when not an image).
-* ``PUT fs/<path>``, ``POST fs/<path>``: upload (create or replace) → 201 FileRecord.
+* ``PUT fs/<path>``, ``POST fs/<path>``: upload (create or replace) → 201 FileRecord when
+  the file is new, 200 when it replaced one.
 * ``POST fs/<path>`` with JSON ``{"type": "directory"}``: mkdir (idempotent) → 201.
 * ``DELETE fs/<path>``: a file is unlinked, a directory removed (409 unless empty) → 204.
 * ``GET fs-search?grep=<text>&path=/&limit=100`` →
@@ -15,7 +16,9 @@ Routes (roles as everywhere: read for ``GET``, member for the rest):
 * ``GET fs-stats`` → ``{file_count, directory_count, total_size}``.
 
 Uploads are either ``multipart/form-data`` (field ``file``; optional fields ``mime_type`` and
-``metadata``, a JSON object) or a raw body whose ``Content-Type`` is the file's MIME type.
+``metadata``, a JSON object) or a raw body whose ``Content-Type`` is the file's MIME type;
+without one, the type its name says (``.png``: ``image/png``), else
+``application/octet-stream``.
 Both stream to storage: a raw body is read in chunks, multipart files past
 ``FILE_UPLOAD_MAX_MEMORY_SIZE`` spill to temporary files. A ``POST`` with
 ``Content-Type: application/json`` is a command (only ``{"type": "directory"}``); upload JSON
@@ -271,7 +274,8 @@ _READ_RESPONSES = {
     416: error_response(416, "The range lies outside the file"),
 }
 _WRITE_RESPONSES = {
-    201: OpenApiTypes.OBJECT,
+    200: OpenApiResponse(OpenApiTypes.OBJECT, description="an existing file was replaced"),
+    201: OpenApiResponse(OpenApiTypes.OBJECT, description="the file was created"),
     409: error_response(409, "The path is a directory, or a parent of it is a file"),
 }
 
@@ -380,7 +384,10 @@ class FileView(ThreadScopedView):
                 thread=self.thread(), path=target, data=_raw_body(http_request),
                 mime_type=http_request.META.get("CONTENT_TYPE") or None,
             )  # fmt: skip
-        return Response(file_json(row), status=status.HTTP_201_CREATED)
+        created = row.created_at == row.updated_at  # a replaced file keeps its creation time
+        return Response(
+            file_json(row), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
 
 class FileSearchView(ThreadScopedView):

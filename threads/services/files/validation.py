@@ -8,6 +8,7 @@ write's MIME type, metadata and image dimensions.
 from __future__ import annotations
 
 import json
+import mimetypes
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -112,9 +113,16 @@ def is_image_mime_type(mime_type: str) -> bool:
     return base.startswith("image/") and base != "image/svg+xml"
 
 
-def _mime_type(mime_type: object) -> str:
+# The standard library's table alone (not the machine's /etc/mime.types): the same answer
+# everywhere.
+_TYPES_BY_NAME = mimetypes.MimeTypes(filenames=())
+
+
+def _mime_type(mime_type: object, path: str) -> str:
+    """``mime_type`` checked; when none was given, the type its name says (``.png``:
+    ``image/png``), else :data:`DEFAULT_MIME_TYPE`."""
     if mime_type is None or mime_type == "":
-        return DEFAULT_MIME_TYPE
+        return _TYPES_BY_NAME.guess_type(path, strict=True)[0] or DEFAULT_MIME_TYPE
     if (
         not isinstance(mime_type, str)
         or len(mime_type) > MAX_MIME_TYPE_CHARS

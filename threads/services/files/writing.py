@@ -71,7 +71,7 @@ def file_write(
     path = normalize_path(path)
     if path == "/":
         raise Conflict("/ is a directory", field="path")
-    mime_type = _mime_type(mime_type)
+    mime_type = _mime_type(mime_type, path)
     clean_metadata = _metadata(metadata)
     width, height = _dimension(width, "width"), _dimension(height, "height")
     key, size = _store(thread, data)
@@ -105,7 +105,8 @@ def _upsert(
             with transaction.atomic():
                 return ThreadFile.objects.create(
                     tenant_id=thread.tenant_id, thread=thread, path=path,
-                    parent_path=parent_path, name=name, **fields,
+                    parent_path=parent_path, name=name, created_at=fields["updated_at"],
+                    **fields,
                 )  # fmt: skip
         except IntegrityError:  # a concurrent writer created it; replace theirs
             row = _rows(thread).select_for_update().get(path=path)
