@@ -95,9 +95,10 @@ def _upsert(
     metadata: dict[str, Any], width: int | None, height: int | None,
 ) -> ThreadFile:  # fmt: skip
     parent_path, name = _split(path)
+    written = now_us()
     fields = {
         "mime_type": mime_type, "size": size, "storage": _storage_name(), "storage_key": key,
-        "metadata": metadata, "width": width, "height": height, "updated_at": now_us(),
+        "metadata": metadata, "width": width, "height": height, "updated_at": written,
     }  # fmt: skip
     row = _rows(thread).select_for_update().filter(path=path).first()
     if row is None:
@@ -105,7 +106,7 @@ def _upsert(
             with transaction.atomic():
                 return ThreadFile.objects.create(
                     tenant_id=thread.tenant_id, thread=thread, path=path,
-                    parent_path=parent_path, name=name, created_at=fields["updated_at"],
+                    parent_path=parent_path, name=name, created_at=written,
                     **fields,
                 )  # fmt: skip
         except IntegrityError:  # a concurrent writer created it; replace theirs
