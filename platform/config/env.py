@@ -122,6 +122,12 @@ def csrf_trusted_origins() -> list[str]:
     return _list("CSRF_TRUSTED_ORIGINS") or []
 
 
+def cors_allowed_origins() -> list[str]:
+    """Browser origins (``https://app.example.com``) whose pages may call ``/api/``; none by
+    default. Each must be scheme://host[:port] (corsheaders' checks say which is not)."""
+    return _list("CORS_ALLOWED_ORIGINS") or []
+
+
 def runtime_id() -> str:
     return _get("PLATFORM_RUNTIME_ID") or "local"
 

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import django_stubs_ext
+from corsheaders.defaults import default_headers as default_cors_headers
 from django.core.exceptions import ImproperlyConfigured
 
 from config import env
@@ -86,6 +87,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "corsheaders",
     "tenancy",
     "agents",
     "threads",
@@ -96,7 +98,10 @@ if not env.is_production():
     INSTALLED_APPS.append("agents.demo")
 
 MIDDLEWARE = [
-    # First: it answers a bad Host, path or query under /api/ in JSON before any other
+    # First, so every /api/ answer carries the CORS headers (it reads only Origin and the
+    # path, and runs on the event loop).
+    "corsheaders.middleware.CorsMiddleware",
+    # Then: it answers a bad Host, path or query under /api/ in JSON before any other
     # middleware reads them (CommonMiddleware would answer a bad Host with an HTML page).
     "common.api.api_url_check",
     # Django's and WhiteNoise's middleware, run on the event loop under ASGI instead of
@@ -110,6 +115,14 @@ MIDDLEWARE = [
     "common.middleware.Messages",
     "common.middleware.FrameOptions",
 ]
+# Browser pages on these origins may call /api/ (preflights answered, the platform's own
+# request and response headers allowed and exposed); none by default.
+CORS_ALLOWED_ORIGINS = env.cors_allowed_origins()
+CORS_URLS_REGEX = r"^/api/.*$"
+CORS_ALLOW_HEADERS = (*default_cors_headers, "idempotency-key")
+CORS_EXPOSE_HEADERS = ["Idempotent-Replayed", "Retry-After", "Content-Disposition",
+                       "Content-Range", "Accept-Ranges"]  # fmt: skip
+
 # Django's checks that look for its middleware by path (ours subclass it); common.checks
 # runs them, and those that depend on that middleware, against what ours stand for.
 SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
