@@ -12,7 +12,7 @@ UV := UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv
 WITH_SERVICES := $(BIN)/python -m config.devservices exec --
 
 .PHONY: help install run test check lint typecheck pytest migrate makemigrations-check \
-        worker beat web services-up services-down bench clean
+        worker beat web services-up services-down bench clean demo-reset
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  \033[1m%-22s\033[0m %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ pytest: install ## Only the tests (pass ARGS=... to pytest)
 
 migrate: install ## Apply database migrations
 	$(WITH_SERVICES) $(BIN)/python manage.py migrate
+
+demo-reset: install ## Restore the demo tenant's agents as make run first seeded them (it keeps edits)
+	$(WITH_SERVICES) $(BIN)/python manage.py seed_demo_agents --reset
 
 makemigrations-check: install ## Fail when models and migrations disagree
 	$(WITH_SERVICES) $(BIN)/python manage.py makemigrations --check --dry-run

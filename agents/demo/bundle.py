@@ -49,31 +49,58 @@ SCRIPTED_RULES: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def demo_model(platform_env: Mapping[str, str]) -> dict[str, Any]:
-    """A real model when the platform env has provider settings, else the scripted one."""
+# Prices (USD per 1M tokens) of the default demo models; another model's are unknown.
+_PRICES = {"gpt-4o-mini": ("0.15", "0.6"), "claude-3-5-haiku-latest": ("0.8", "4")}
+# The key of a local OpenAI-compatible server that needs none (it accepts any value).
+LOCAL_SERVER_KEY = "local-server"
+SCRIPTED_MODEL: dict[str, Any] = {
+    "name": "demo_model", "provider": "scripted", "model_id": "scripted-demo",
+    "config": {"rules": SCRIPTED_RULES},
+}  # fmt: skip
+
+
+def demo_model(platform_env: Mapping[str, str], *, model_ids: Mapping[str, str]) -> dict[str, Any]:
+    """A real model when the platform env has provider settings, else the scripted one.
+    ``model_ids``: the model of each provider (``openai``, ``anthropic``). With only
+    ``OPENAI_BASE_URL`` (a local server) the model stores a placeholder key."""
     if platform_env.get("OPENAI_API_KEY") or platform_env.get("OPENAI_BASE_URL"):
-        model: dict[str, Any] = {
-            "name": "demo_model", "provider": "openai", "model_id": "gpt-4o-mini",
-            "api_key_env": "OPENAI_API_KEY", "input_price": "0.15", "output_price": "0.6",
-        }  # fmt: skip
+        model: dict[str, Any] = {"name": "demo_model", "provider": "openai",
+                                 "model_id": model_ids["openai"]}  # fmt: skip
+        if platform_env.get("OPENAI_API_KEY"):
+            model["api_key_env"] = "OPENAI_API_KEY"
+        else:
+            model["api_key"] = LOCAL_SERVER_KEY
         if platform_env.get("OPENAI_BASE_URL"):
             model["base_url"] = platform_env["OPENAI_BASE_URL"]
-        return model
+        return _priced(model)
     if platform_env.get("ANTHROPIC_API_KEY"):
-        return {
-            "name": "demo_model", "provider": "anthropic", "model_id": "claude-3-5-haiku-latest",
-            "api_key_env": "ANTHROPIC_API_KEY", "input_price": "0.8", "output_price": "4",
-        }  # fmt: skip
-    return {
-        "name": "demo_model", "provider": "scripted", "model_id": "scripted-demo",
-        "config": {"rules": SCRIPTED_RULES},
-    }  # fmt: skip
+        return _priced({
+            "name": "demo_model", "provider": "anthropic", "model_id": model_ids["anthropic"],
+            "api_key_env": "ANTHROPIC_API_KEY",
+        })  # fmt: skip
+    return dict(SCRIPTED_MODEL)
 
 
-def demo_bundle(platform_env: Mapping[str, str]) -> dict[str, Any]:
+def _priced(model: dict[str, Any]) -> dict[str, Any]:
+    prices = _PRICES.get(model["model_id"]) if "base_url" not in model else None
+    if prices is not None:
+        model["input_price"], model["output_price"] = prices
+    return model
+
+
+def is_seeded_scripted_model(doc: Any) -> bool:
+    """Whether a stored model is the scripted demo model exactly as the seed writes it."""
+    return bool(
+        doc.provider == "scripted"
+        and doc.model_id == SCRIPTED_MODEL["model_id"]
+        and doc.config == SCRIPTED_MODEL["config"]
+    )
+
+
+def demo_bundle(platform_env: Mapping[str, str], *, model_ids: Mapping[str, str]) -> dict[str, Any]:
     return {
         "version": 1,
-        "models": [demo_model(platform_env)],
+        "models": [demo_model(platform_env, model_ids=model_ids)],
         "prompts": [
             {
                 "name": "assistant",

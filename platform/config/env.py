@@ -322,6 +322,15 @@ def agent_platform_env() -> dict[str, str]:
     return {name: value for name in names if (value := _get(name)) is not None}
 
 
+def demo_model_ids() -> dict[str, str]:
+    """The demo agents' model per provider: ``OPENAI_MODEL`` (default gpt-4o-mini) and
+    ``ANTHROPIC_MODEL`` (default claude-3-5-haiku-latest)."""
+    return {
+        "openai": _get("OPENAI_MODEL") or "gpt-4o-mini",
+        "anthropic": _get("ANTHROPIC_MODEL") or "claude-3-5-haiku-latest",
+    }
+
+
 # Services ------------------------------------------------------------------
 
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from pytest_django.fixtures import Settings
+from rest_framework.test import APIClient
 
+from agents.demo.bundle import LOCAL_SERVER_KEY
 from agents.documents import TextPart
 from agents.models import Model
 from agents.providers.base import LLMMessage, ProviderRequest, ProviderResponse
 from agents.providers.registry import provider_for
 from agents.selectors import agent_names, model_load, prompt_load, prompt_names
-from tenancy.models import Tenant
+from tenancy.models import Role, Tenant
 from tests.factories import make_tenant
 from threads.models import Message, Thread
 from threads.runtime.driver import thread_drive
@@ -28,6 +31,11 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def demo() -> Tenant:
     return make_tenant("demo")
+
+
+@pytest.fixture
+def member_of_demo(demo: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
+    return client_for(demo, Role.MEMBER)
 
 
 def _seed(settings: Settings, platform_env: dict[str, str]) -> str:
@@ -78,6 +86,47 @@ def test_a_key_added_later_switches_the_demo_to_the_real_model(
     _seed(settings, {"OPENAI_API_KEY": "sk-later"})
 
     assert Model.objects.for_tenant(demo).get(name="demo_model").provider == "openai"
+
+
+def test_seeding_again_keeps_what_the_tenant_edited_and_reset_restores_it(
+    demo: Tenant, member_of_demo: APIClient, settings: Settings
+) -> None:
+    _seed(settings, {})
+    edited = member_of_demo.patch(
+        "/api/v1/prompts/assistant", {"prompt": "You are terse."}, format="json"
+    )
+    assert edited.status_code == 200, edited.json()
+
+    again = _seed(settings, {})
+    kept = prompt_load(tenant=demo, name="assistant").prompt[0]
+    out = StringIO()
+    call_command("seed_demo_agents", "--reset", stdout=out)
+    restored = prompt_load(tenant=demo, name="assistant").prompt[0]
+
+    assert again.endswith(
+        "0 changed; 1 kept as the tenant has them (make demo-reset restores them)\n"
+    )
+    assert isinstance(kept, TextPart)
+    assert kept.content == "You are terse."
+    assert isinstance(restored, TextPart)
+    assert restored.content.startswith("You are a friendly")
+    assert out.getvalue().endswith("1 changed\n")
+
+
+def test_a_local_openai_compatible_server_needs_only_its_base_url(
+    demo: Tenant, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_MODEL", "llama3.2")
+
+    output = _seed(settings, {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+
+    spec = model_load(tenant=demo, name="demo_model", env=lambda _name: None)
+    assert "model: openai llama3.2" in output
+    assert (spec.kind, spec.model_id, spec.base_url) == (
+        "openai", "llama3.2", "http://127.0.0.1:11434/v1",
+    )  # fmt: skip
+    assert spec.api_key == LOCAL_SERVER_KEY  # a placeholder: the server accepts any value
+    assert spec.prices.input_per_million is None  # another model's prices are unknown
 
 
 def test_seed_demo_agents_refuses_production(demo: Tenant, settings: Settings) -> None:

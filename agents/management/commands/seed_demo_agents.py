@@ -6,8 +6,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.bundles import bundle_import
-from agents.demo.bundle import demo_bundle
+from agents.demo.bundle import demo_bundle, demo_model, is_seeded_scripted_model
+from agents.services import definition_documents, document_json, parse_document
+from agents.validation import KINDS
 from common.errors import DomainError
+from config import env
+from tenancy.models import Tenant
 from tenancy.selectors import tenant_get
 
 
@@ -15,23 +19,29 @@ class Command(BaseCommand):
     help = (
         "Development only: import the demo agents into a tenant (default: demo). Uses a real "
         "model when OPENAI_API_KEY / OPENAI_BASE_URL / ANTHROPIC_API_KEY is set, else the "
-        "scripted demo model. Safe to run again."
+        "scripted demo model. Safe to run again: what the tenant already has is kept (its "
+        "edits too), except that the untouched scripted model becomes the real one once a "
+        "provider is configured; --reset restores every demo definition."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", default="demo", help="tenant slug (default: demo)")
+        parser.add_argument(
+            "--reset", action="store_true", help="overwrite the demo definitions the tenant has"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PLATFORM_MODE == "production":
             raise CommandError("seed_demo_agents is for development; not in production")
+        models = env.demo_model_ids()
+        bundle = demo_bundle(settings.AGENT_PLATFORM_ENV_SECRETS, model_ids=models)
         try:
-            report = bundle_import(
-                tenant=tenant_get(slug=options["tenant"]),
-                document=demo_bundle(settings.AGENT_PLATFORM_ENV_SECRETS),
-            )
+            tenant = tenant_get(slug=options["tenant"])
+            document, kept = (bundle, 0) if options["reset"] else _absent_only(tenant, bundle)
+            report = bundle_import(tenant=tenant, document=document)
         except DomainError as error:
             raise CommandError(error.message) from error
-        model = demo_bundle(settings.AGENT_PLATFORM_ENV_SECRETS)["models"][0]
+        model = demo_model(settings.AGENT_PLATFORM_ENV_SECRETS, model_ids=models)
         label = (
             "scripted (no provider key configured)"
             if model["provider"] == "scripted"
@@ -40,4 +50,24 @@ class Command(BaseCommand):
         changed = len(report.created) + len(report.updated)
         self.stdout.write(
             f"Demo agents: assistant, writing_pair; model: {label}; {changed} changed"
-        )
+            + (f"; {kept} kept as the tenant has them (make demo-reset restores them)"
+               if kept else "")
+        )  # fmt: skip
+
+
+def _absent_only(tenant: Tenant, bundle: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The demo definitions the tenant lacks, plus the demo model when it is still the
+    untouched scripted one; and how many of the rest differ from the demo's (edited)."""
+    document: dict[str, Any] = {"version": bundle["version"]}
+    kept = 0
+    for kind in KINDS:
+        stored = definition_documents(tenant=tenant, kind=kind)
+        entries = []
+        for entry in bundle.get(kind, []):
+            current = stored.get(entry["name"])
+            if current is None or (kind == "models" and is_seeded_scripted_model(current)):
+                entries.append(entry)
+            elif document_json(current) != document_json(parse_document(kind, entry)):
+                kept += 1  # the tenant's edit
+        document[kind] = entries
+    return document, kept
