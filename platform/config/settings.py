@@ -75,6 +75,8 @@ AGENT_REGISTRY_RESTRICTED: dict[str, dict[str, list[str]]] = {}
 # The platform level of agent env lookups (e.g. OPENAI_API_KEY for models that name
 # it in api_key_env). "SECRETS" in the name makes Django's error pages redact it.
 AGENT_PLATFORM_ENV_SECRETS = env.agent_platform_env()
+# The demo agents' model per provider (OPENAI_MODEL, ANTHROPIC_MODEL): seed_demo_agents.
+DEMO_MODEL_IDS = env.demo_model_ids()
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -17,6 +17,7 @@ from agents.models import Model
 from agents.providers.base import LLMMessage, ProviderRequest, ProviderResponse
 from agents.providers.registry import provider_for
 from agents.selectors import agent_names, model_load, prompt_load, prompt_names
+from config import env
 from tenancy.models import Role, Tenant
 from tests.factories import make_tenant
 from threads.models import Message, Thread
@@ -117,6 +118,7 @@ def test_a_local_openai_compatible_server_needs_only_its_base_url(
     demo: Tenant, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_MODEL", "llama3.2")
+    settings.DEMO_MODEL_IDS = env.demo_model_ids()  # as the settings read it at start-up
 
     output = _seed(settings, {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
 

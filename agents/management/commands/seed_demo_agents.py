@@ -10,7 +10,6 @@ from agents.demo.bundle import demo_bundle, demo_model, is_seeded_scripted_model
 from agents.services import definition_documents, document_json, parse_document
 from agents.validation import KINDS
 from common.errors import DomainError
-from config import env
 from tenancy.models import Tenant
 from tenancy.selectors import tenant_get
 
@@ -33,7 +32,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PLATFORM_MODE == "production":
             raise CommandError("seed_demo_agents is for development; not in production")
-        models = env.demo_model_ids()
+        models = settings.DEMO_MODEL_IDS
         bundle = demo_bundle(settings.AGENT_PLATFORM_ENV_SECRETS, model_ids=models)
         try:
             tenant = tenant_get(slug=options["tenant"])
