@@ -26,3 +26,9 @@ def uuid7() -> uuid.UUID:
 def new_id() -> uuid.UUID:
     """The default primary key for every model of the platform."""
     return uuid7()
+
+
+def id_of(value: uuid.UUID | str) -> uuid.UUID:
+    """``value`` as a UUID (a string in any form :class:`uuid.UUID` takes); ValueError when
+    it is none."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

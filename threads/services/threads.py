@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from agents.selectors import agent_load
 from common.errors import NotFound, ValidationFailed
+from common.ids import id_of
 from common.rows import columns_of
 from common.time import now_us, to_us
 from tenancy.models import Tenant
@@ -30,7 +31,7 @@ def thread_get(*, tenant: Tenant, thread_id: uuid.UUID | str) -> Thread:
     NotFound. Every thread-scoped request reads it: one hand-written statement
     (:mod:`common.rows`), scoped to the tenant as ``for_tenant`` scopes."""
     try:
-        key = thread_id if isinstance(thread_id, uuid.UUID) else uuid.UUID(str(thread_id))
+        key = id_of(thread_id)
     except ValueError as error:
         raise NotFound(f"no thread {thread_id}") from error
     threads = columns_of(Thread)

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from common.errors import Conflict, NotFound, ValidationFailed
+from common.ids import id_of
 from common.rows import columns_of
 from common.time import now_us
 from tenancy.models import Tenant
@@ -47,7 +48,7 @@ def turn_get(*, tenant: Tenant, turn_id: uuid.UUID | str) -> Turn:
     a malformed id, is NotFound. One hand-written statement (:mod:`common.rows`), scoped to
     the tenant as ``for_tenant`` scopes."""
     try:
-        key = turn_id if isinstance(turn_id, uuid.UUID) else uuid.UUID(str(turn_id))
+        key = id_of(turn_id)
     except ValueError as error:
         raise NotFound(f"no turn {turn_id}") from error
     turns, threads = columns_of(Turn), columns_of(Thread)
