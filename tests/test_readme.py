@@ -23,7 +23,7 @@ from tests.worker import celery_worker, private_queue
 
 README = Path(env.REPO_DIR) / "README.md"
 QUICKSTART_MARK = "Talk to the assistant"
-PLACEHOLDER = "KEY=sap_…; API=http://127.0.0.1:8000/api/v1"
+PLACEHOLDER = "KEY=sap_…; API=http://127.0.0.1:${PORT:-8000}/api/v1"
 
 
 def quickstart() -> list[str]:
