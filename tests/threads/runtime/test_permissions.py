@@ -148,3 +148,49 @@ def test_a_tenant_rule_covers_its_agent_and_tool_and_beats_a_prompt_allow(
     ]  # fmt: skip
     assert "a tenant rule denies" in (rows(thread)[3][2] or "")
     assert others.agent != thread.agent_name
+
+
+def test_a_denied_subprompt_never_runs_and_a_subprompts_own_rules_hold_inside_it(
+    engine: Engine,
+) -> None:
+    refunded = _refund_tool(engine)
+    engine.define(
+        prompts=[
+            prompt("helper", tools=[
+                {"name": "summarize", "init_user_message_property": "text"},
+                {"name": "audit", "init_user_message_property": "text", "approval": "deny"},
+            ]),
+            prompt("summarize", include_chat=False, tools=[{"name": "refund", "approval": "deny"}],
+                   required_schema={"type": "object", "properties": {"text": {"type": "string"}}}),
+            prompt("audit", include_chat=False,
+                   required_schema={"type": "object", "properties": {"text": {"type": "string"}}}),
+        ],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )  # fmt: skip
+    thread = engine.thread("helper")
+    engine.script.tool_calls([
+        {"name": "audit", "arguments": {"text": "x"}, "id": "a"},
+        {"name": "summarize", "arguments": {"text": "y"}, "id": "s"},
+    ])  # fmt: skip
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 1}}], "Refunding.")
+    engine.script.text("Done.")
+    engine.send(thread, "go")
+
+    engine.drive(thread)
+
+    assert refunded == []
+    nested = Message.objects.filter(thread=thread, depth=1).order_by("seq")
+    assert [(m.role, m.tool_status) for m in nested] == [
+        ("user", ""), ("assistant", ""), ("tool", "error"),
+    ]  # fmt: skip
+    assert nested[2].content == (
+        "Failed to execute tool: Permission denied: a prompt rule denies calls of 'refund'"
+    )
+    assert _decisions(thread) == [
+        ("audit", "deny", {"decision": "deny", "source": "prompt"}),
+        ("summarize", "allow", None),
+        ("refund", "deny", {"decision": "deny", "source": "prompt"}),
+    ]
+    assert rows(thread)[2][2] == (
+        "Failed to execute tool: Permission denied: a prompt rule denies calls of 'audit'"
+    )
