@@ -14,11 +14,10 @@ from agents.documents import is_snake_case
 from agents.models import PermissionRule
 from agents.permissions import (
     ASK_NOT_DRIVEN,
-    DECISIONS,
     DRIVEN,
     ConditionInvalid,
-    Decision,
     Rule,
+    decision_of,
     rule_from,
 )
 from agents.selectors import definitions_changed
@@ -90,16 +89,10 @@ def tenant_rules_load(*, tenant: Tenant) -> tuple[TenantRule, ...]:
     rows = PermissionRule.objects.for_tenant(tenant)
     return tuple(
         TenantRule(
-            row.agent, row.tool, Rule(_decision(row.decision), row.when, "tenant", str(row.id))
+            row.agent, row.tool, Rule(decision_of(row.decision), row.when, "tenant", str(row.id))
         )
         for row in rows
     )
-
-
-def _decision(value: str) -> Decision:
-    if value not in DECISIONS:
-        raise ValueError(f"stored permission decision {value!r} is unknown")
-    return value  # type: ignore[return-value]
 
 
 def _checked(data: Mapping[str, Any]) -> dict[str, Any]:

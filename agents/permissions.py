@@ -95,13 +95,13 @@ def rule_from(value: Any, *, source: str) -> Rule:
     """A rule from its declared form: a decision (``"deny"``) or ``{"decision", "when"?}``.
     Raises ConditionInvalid (``path`` relative to the value)."""
     if isinstance(value, str):
-        return Rule(_decision(value, ""), None, source)
+        return Rule(decision_of(value), None, source)
     if not isinstance(value, Mapping):
         raise ConditionInvalid("must be a decision (allow, ask, deny) or {decision, when}")
     unknown = sorted(set(value) - {"decision", "when"})
     if unknown:
         raise ConditionInvalid(f"unknown key {unknown[0]!r} (known: decision, when)", unknown[0])
-    decision = _decision(value.get("decision"), "decision")
+    decision = decision_of(value.get("decision"), "decision")
     when = value.get("when")
     if when is not None:
         for problem in condition_problems(when):
@@ -109,7 +109,8 @@ def rule_from(value: Any, *, source: str) -> Rule:
     return Rule(decision, when, source)
 
 
-def _decision(value: Any, path: str) -> Decision:
+def decision_of(value: Any, path: str = "") -> Decision:
+    """``value`` as a decision; ConditionInvalid (at ``path``) when it is none."""
     if value not in DECISIONS:
         raise ConditionInvalid(f"{value!r} is not a decision (allow, ask, deny)", path)
     return value  # type: ignore[no-any-return]

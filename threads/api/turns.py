@@ -41,7 +41,7 @@ from threads.api.base import (
 )
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
 from threads.api.messages import MessageSendInput
-from threads.events import TURN_END_EVENTS, EventType
+from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType
 from threads.models import TURN_TERMINAL, Event, RunStatus, Turn, TurnSource, TurnStrategy
 from threads.services.attachments import attachments_store
 from threads.services.control import turn_cancel
@@ -336,7 +336,7 @@ class _TurnScope(StreamScope):
             return True
         if delivery.type == EventType.QUEUE_CHANGED:
             payload = json.loads(delivery.text)["payload"]
-            return payload.get("change") in ("removed", "cancelled")
+            return payload.get("change") in QUEUE_CHANGES_ENDING_TURNS
         return False
 
     def _in_queue_change(self, delivery: Delivery) -> bool:

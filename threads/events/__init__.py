@@ -27,7 +27,14 @@ from threads.events.envelope import (
     tenant_group,
     thread_group,
 )
-from threads.events.outbox import ASYNC_COMMIT, DEFERRED, Outbox, publish, publish_many
+from threads.events.outbox import (
+    ASYNC_COMMIT,
+    DEFERRED,
+    QUEUE_CHANGES_ENDING_TURNS,
+    Outbox,
+    publish,
+    publish_many,
+)
 from threads.events.vocabulary import (
     EPHEMERAL,
     INLINE_LIMIT,
@@ -46,6 +53,7 @@ __all__ = [
     "INLINE_LIMIT",
     "LIFECYCLE",
     "PAYLOADS",
+    "QUEUE_CHANGES_ENDING_TURNS",
     "SCHEMA_VERSION",
     "TURN_END_EVENTS",
     "Envelope",

@@ -19,11 +19,11 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Field
 
-from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
+from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import Message, MessageRole, MessageStatus, Thread
-from threads.services.fence import StaleFence, fence_check, fence_read
+from threads.services.fence import StaleFence, ThreadTerminated, fence_check, fence_read
 
 MAX_CONTENT_CHARS = 1_000_000
 MAX_METADATA_BYTES = 64 * 1024
@@ -208,7 +208,7 @@ def _refused(thread: Thread, fence: int | None) -> Exception:
         return NotFound("the thread no longer exists")
     if fence is not None and state.fence != fence:
         return StaleFence.of(thread, fence, now=state.fence)
-    return Conflict("the thread is terminated; it accepts no new messages", code="terminated")
+    return ThreadTerminated("the thread is terminated; it accepts no new messages")
 
 
 def message_inject(
