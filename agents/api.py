@@ -282,8 +282,14 @@ class PermissionRuleInput(BaseModel):
 
     agent: str = Field("", description="an agent's name; empty: every agent")
     tool: str = Field("", description="a tool's name; empty: every tool")
-    decision: Literal["allow", "deny"]
+    decision: Literal["allow", "ask", "deny"]
     when: Any = Field(None, description="a JSON-logic condition on the call's arguments")
+    expires_in: int | None = Field(
+        None, description="ask: seconds a person has to decide (default ACTION_TTL_S)"
+    )
+    on_expiry: Literal["deny", "allow"] | None = Field(
+        None, description="ask: what an unanswered request resolves to (default deny)"
+    )
     description: str = Field("", max_length=500)
 
 
@@ -332,6 +338,8 @@ class PermissionRuleViewSet(TenantScopedViewSet):
         merged = {name: getattr(current, name) for name in PERMISSION_RULE_FIELDS}
         if not isinstance(request.data, Mapping):
             raise ValidationFailed("the body must be a JSON object")
+        if request.data.get("decision", current.decision) != "ask":  # ask's own settings go
+            merged.update(expires_in=None, on_expiry=None)
         row = permission_rule_save(
             tenant=self.principal.tenant, data=merged | dict(request.data), current=current
         )

@@ -173,6 +173,10 @@ class PermissionRule(TenantOwned):
     tool = models.CharField(max_length=64, blank=True)
     decision = models.CharField(max_length=8, choices=PermissionDecision.choices)
     when = models.JSONField(null=True, blank=True)
+    # For ``ask``: how long a person has to decide (None: ACTION_TTL_S), and what an
+    # unanswered request resolves to (deny or allow).
+    expires_in = models.PositiveIntegerField(null=True, blank=True)
+    on_expiry = models.CharField(max_length=8, blank=True)
     description = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=now, editable=False)
     updated_at = models.DateTimeField(default=now)

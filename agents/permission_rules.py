@@ -12,20 +12,13 @@ from django.db import transaction
 
 from agents.documents import is_snake_case
 from agents.models import PermissionRule
-from agents.permissions import (
-    ASK_NOT_DRIVEN,
-    DRIVEN,
-    ConditionInvalid,
-    Rule,
-    decision_of,
-    rule_from,
-)
+from agents.permissions import ConditionInvalid, Rule, decision_of, rule_from
 from agents.selectors import definitions_changed
 from common.errors import ValidationFailed
 from common.time import now
 from tenancy.models import Tenant
 
-FIELDS = ("agent", "tool", "decision", "when", "description")
+FIELDS = ("agent", "tool", "decision", "when", "expires_in", "on_expiry", "description")
 MAX_DESCRIPTION = 500
 MAX_RULES = 1000  # per tenant: every tool call weighs the ones that cover it
 
@@ -45,7 +38,9 @@ class TenantRule:
 def permission_rule_json(row: PermissionRule) -> dict[str, Any]:
     return {
         "id": str(row.id), "agent": row.agent, "tool": row.tool, "decision": row.decision,
-        "when": row.when, "description": row.description,
+        "when": row.when, "expires_in": row.expires_in,
+        "on_expiry": row.on_expiry or ("deny" if row.decision == "ask" else None),
+        "description": row.description,
         "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
     }  # fmt: skip
 
@@ -89,7 +84,16 @@ def tenant_rules_load(*, tenant: Tenant) -> tuple[TenantRule, ...]:
     rows = PermissionRule.objects.for_tenant(tenant)
     return tuple(
         TenantRule(
-            row.agent, row.tool, Rule(decision_of(row.decision), row.when, "tenant", str(row.id))
+            row.agent,
+            row.tool,
+            Rule(
+                decision_of(row.decision),
+                row.when,
+                "tenant",
+                str(row.id),
+                expires_in=row.expires_in,
+                on_expiry=row.on_expiry or "deny",
+            ),
         )
         for row in rows
     )
@@ -107,17 +111,21 @@ def _checked(data: Mapping[str, Any]) -> dict[str, Any]:
                 f"{name} must be a snake_case name, or empty for every {name}", field=name
             )
         fields[name] = value
+    declared = {key: data.get(key) for key in ("decision", "when", "expires_in", "on_expiry")}
+    declared["on_expiry"] = declared["on_expiry"] or None  # stored blank when not ask
     try:
-        rule = rule_from({"decision": data.get("decision"), "when": data.get("when")},
-                         source="tenant")  # fmt: skip
+        rule = rule_from(declared, source="tenant")
     except ConditionInvalid as error:
         raise ValidationFailed(error.message, field=error.path or "decision") from None
-    if rule.decision not in DRIVEN:
-        raise ValidationFailed(ASK_NOT_DRIVEN, field="decision")
     description = data.get("description", "")
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
         raise ValidationFailed(
             f"description must be a string of at most {MAX_DESCRIPTION} characters",
             field="description",
         )
-    return {**fields, "decision": rule.decision, "when": rule.when, "description": description}
+    return {
+        **fields, "decision": rule.decision, "when": rule.when,
+        "expires_in": rule.expires_in if rule.decision == "ask" else None,
+        "on_expiry": rule.on_expiry if rule.decision == "ask" else "",
+        "description": description,
+    }  # fmt: skip

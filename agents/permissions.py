@@ -15,6 +15,10 @@ Conditions are a small JSON-logic subset, data only (nothing is evaluated as cod
   number with a non-number, or of mismatched types, is false);
 * ``{"and": [...]}``, ``{"or": [...]}``, ``{"!": x}``;
 * ``{"in": [x, y]}``: ``x`` is an element of the list ``y``, or a substring of the string ``y``.
+
+An ``ask`` pauses the turn until a person answers (``threads.services.actions``); it may say
+how long they have (``expires_in``, seconds) and what an unanswered request resolves to
+(``on_expiry``: ``deny``, the default, or ``allow``).
 """
 
 from __future__ import annotations
@@ -27,13 +31,8 @@ Decision = Literal["allow", "ask", "deny"]
 DECISIONS: tuple[Decision, ...] = get_args(Decision)
 # The order of precedence: a later decision overrides an earlier one.
 _WEIGHT = {"allow": 0, "ask": 1, "deny": 2}
-# Decisions the runtime drives today. ``ask`` pauses the turn for a person (actions),
-# which is not built yet: definitions that ask are refused until it is.
-DRIVEN: tuple[Decision, ...] = ("allow", "deny")
-ASK_NOT_DRIVEN = (
-    "'ask' pauses a turn for a person's decision, which this platform does not run yet; "
-    "use allow or deny"
-)
+EXPIRIES = ("deny", "allow")
+MAX_EXPIRES_IN_S = 30 * 86_400
 
 _COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 _OPERATORS = (*_COMPARISONS, "and", "or", "!", "in", "var")
@@ -58,6 +57,8 @@ class Rule:
     when: Any = None
     source: str = ""
     id: str = ""  # a tenant rule's id
+    expires_in: int | None = None  # ask: seconds a person has (None: ACTION_TTL_S)
+    on_expiry: str = "deny"  # ask: what an unanswered request resolves to
 
     def applies(self, arguments: Mapping[str, Any]) -> bool:
         return self.when is None or truthy(evaluate(self.when, arguments))
@@ -68,6 +69,10 @@ class Rule:
             found["when"] = self.when
         if self.id:
             found["id"] = self.id
+        if self.decision == "ask":
+            found["on_expiry"] = self.on_expiry
+            if self.expires_in is not None:
+                found["expires_in"] = self.expires_in
         return found
 
 
@@ -91,22 +96,42 @@ def decide(rules: Iterable[Rule], arguments: Mapping[str, Any]) -> Verdict:
     return Verdict("allow" if winner is None else winner.decision, winner)
 
 
+RULE_KEYS = ("decision", "when", "expires_in", "on_expiry")
+
+
 def rule_from(value: Any, *, source: str) -> Rule:
-    """A rule from its declared form: a decision (``"deny"``) or ``{"decision", "when"?}``.
-    Raises ConditionInvalid (``path`` relative to the value)."""
+    """A rule from its declared form: a decision (``"deny"``) or ``{"decision", "when"?,
+    "expires_in"?, "on_expiry"?}`` (the last two for ``ask`` only). Raises ConditionInvalid
+    (``path`` relative to the value)."""
     if isinstance(value, str):
         return Rule(decision_of(value), None, source)
     if not isinstance(value, Mapping):
         raise ConditionInvalid("must be a decision (allow, ask, deny) or {decision, when}")
-    unknown = sorted(set(value) - {"decision", "when"})
+    unknown = sorted(set(value) - set(RULE_KEYS))
     if unknown:
-        raise ConditionInvalid(f"unknown key {unknown[0]!r} (known: decision, when)", unknown[0])
+        raise ConditionInvalid(
+            f"unknown key {unknown[0]!r} (known: {', '.join(RULE_KEYS)})", unknown[0]
+        )
     decision = decision_of(value.get("decision"), "decision")
     when = value.get("when")
     if when is not None:
         for problem in condition_problems(when):
             raise ConditionInvalid(problem.message, _join("when", problem.path))
-    return Rule(decision, when, source)
+    expires_in, on_expiry = value.get("expires_in"), value.get("on_expiry")
+    if decision != "ask" and (expires_in is not None or on_expiry is not None):
+        key = "expires_in" if expires_in is not None else "on_expiry"
+        raise ConditionInvalid(f"{key} applies to ask rules only", key)
+    if expires_in is not None and (
+        not isinstance(expires_in, int) or isinstance(expires_in, bool)
+        or not 1 <= expires_in <= MAX_EXPIRES_IN_S
+    ):  # fmt: skip
+        raise ConditionInvalid(
+            f"expires_in must be a whole number of seconds from 1 to {MAX_EXPIRES_IN_S}",
+            "expires_in",
+        )
+    if on_expiry is not None and on_expiry not in EXPIRIES:
+        raise ConditionInvalid(f"on_expiry must be one of {', '.join(EXPIRIES)}", "on_expiry")
+    return Rule(decision, when, source, expires_in=expires_in, on_expiry=on_expiry or "deny")
 
 
 def decision_of(value: Any, path: str = "") -> Decision:

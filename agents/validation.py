@@ -31,7 +31,7 @@ from agents.documents import (
     binding_name,
     tool_ref_name,
 )
-from agents.permissions import ASK_NOT_DRIVEN, DRIVEN, ConditionInvalid, rule_from
+from agents.permissions import ConditionInvalid, rule_from
 
 Kind = Literal["models", "prompts", "agents", "code_tools"]
 KINDS: tuple[Kind, ...] = ("models", "prompts", "agents", "code_tools")
@@ -383,14 +383,10 @@ def _join(prefix: str, path: str) -> str:
 
 
 def _approval_problems(doc: PromptDoc, index: int, approval: Any) -> Iterator[Problem]:
-    """A ``tools[]`` entry's ``approval`` must be a rule the runtime drives."""
+    """A ``tools[]`` entry's ``approval`` must be a rule (:func:`rule_from`)."""
     at = f"tools[{index}].approval"
     try:
-        rule = rule_from(approval, source="prompt")
+        rule_from(approval, source="prompt")
     except ConditionInvalid as error:
         path = f"{at}.{error.path}" if error.path else at
         yield Problem("prompts", doc.name, path, error.message)
-        return
-    if rule.decision not in DRIVEN:
-        yield Problem("prompts", doc.name, f"{at}.decision" if isinstance(approval, dict) else at,
-                      ASK_NOT_DRIVEN)  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from threads.runtime.driver import thread_drive, threads_sweep
+from threads.services.actions import actions_expire
 from threads.services.wakeups import DRIVE_TASK
 
 
@@ -20,3 +21,9 @@ def drive_thread(thread_id: str, tenant_id: str | None = None, attempt: int = 0)
 def sweep_threads() -> int:
     """Beat: wake threads whose work has no live worker."""
     return threads_sweep()
+
+
+@shared_task(name="threads.expire_actions", ignore_result=True)
+def expire_actions() -> int:
+    """Beat: resolve the actions nobody answered in time (their turns resume)."""
+    return actions_expire()

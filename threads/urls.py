@@ -2,6 +2,7 @@ from django.urls import include, path
 
 from common.api import Router
 from threads.api import (
+    actions,
     code,
     endpoints,
     env,
@@ -29,6 +30,7 @@ thread_routes = [
     *code.urlpatterns,
     *turns.urlpatterns,
     *subagents.urlpatterns,
+    *actions.urlpatterns,
 ]
 
 urlpatterns = [

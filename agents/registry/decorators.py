@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from agents.permissions import ASK_NOT_DRIVEN, DRIVEN, ConditionInvalid, Rule, rule_from
+from agents.permissions import ConditionInvalid, Rule, rule_from
 from agents.registry.catalog import Registry, current_registry
 from agents.registry.entries import (
     NO_ARGS_SCHEMA,
@@ -92,8 +92,6 @@ def _approval(value: str | Mapping[str, Any] | None, tool_name: str, origin: str
         raise RegistryError(
             f"approval of tool {tool_name!r} at {origin}{where}: {error.message}"
         ) from None
-    if rule.decision not in DRIVEN:
-        raise RegistryError(f"approval of tool {tool_name!r} at {origin}: {ASK_NOT_DRIVEN}")
     return rule
 
 

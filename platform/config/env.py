@@ -228,6 +228,17 @@ def variable_request_ttl_s() -> int:
     return _positive("VARIABLE_REQUEST_TTL_S", 86_400)
 
 
+def action_ttl_s() -> int:
+    """How long a person has to answer an action (an approval or an input request) when its
+    rule names no ``expires_in``."""
+    return _positive("ACTION_TTL_S", 86_400)
+
+
+def action_sweep_interval_s() -> int:
+    """How often beat resolves the actions that expired."""
+    return _positive("ACTION_SWEEP_INTERVAL_S", 15)
+
+
 def sandbox_pool_size() -> int:
     """Warm QuickJS runner processes per web or worker process (run_code, code tools)."""
     return _positive("SANDBOX_POOL_SIZE", 2)

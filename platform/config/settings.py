@@ -190,8 +190,13 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 CELERY_TIMEZONE = "UTC"
 THREAD_SWEEP_INTERVAL_S = env.thread_sweep_interval_s()
 THREAD_SWEEP_GRACE_S = env.thread_sweep_grace_s()
+# Actions (threads.services.actions): how long a person has to decide by default, and how
+# often beat resolves the expired ones.
+ACTION_TTL_S = env.action_ttl_s()
+ACTION_SWEEP_INTERVAL_S = env.action_sweep_interval_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
+    "expire-actions": {"task": "threads.expire_actions", "schedule": ACTION_SWEEP_INTERVAL_S},
 }
 # Flows one tenant may run at once per worker process (threads.runtime.driver); the rest of
 # its threads wait, queued, for the sweeper to wake them again.

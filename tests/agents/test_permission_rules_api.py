@@ -63,7 +63,9 @@ def test_a_member_may_read_but_not_write_rules(member: APIClient) -> None:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"decision": "ask"}, "decision"),
+        ({"decision": "ask", "on_expiry": "later"}, "on_expiry"),
+        ({"decision": "allow", "expires_in": 60}, "expires_in"),
+        ({"decision": "ask", "expires_in": "soon"}, "expires_in"),
         ({"decision": "maybe"}, "decision"),
         ({}, "decision"),
         ({"decision": "deny", "tool": "Refund"}, "tool"),
@@ -85,3 +87,23 @@ def test_a_bad_rule_is_a_400_naming_the_field(
 def test_a_malformed_rule_id_is_a_404(admin: APIClient) -> None:
     for rule_id in ("not-a-rule", "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", "0" * 36):
         assert admin.get(f"/api/v1/permission-rules/{rule_id}").status_code == 404
+
+
+def test_an_ask_rule_keeps_its_expiry_until_it_no_longer_asks(admin: APIClient) -> None:
+    created = admin.post(
+        "/api/v1/permission-rules",
+        {"tool": "refund", "decision": "ask", "expires_in": 600, "on_expiry": "allow"},
+        format="json",
+    ).json()
+    rule_id = created["id"]
+
+    described = admin.patch(
+        f"/api/v1/permission-rules/{rule_id}", {"description": "x"}, format="json"
+    ).json()
+    denied = admin.patch(
+        f"/api/v1/permission-rules/{rule_id}", {"decision": "deny"}, format="json"
+    ).json()
+
+    assert (created["expires_in"], created["on_expiry"]) == (600, "allow")
+    assert (described["expires_in"], described["on_expiry"]) == (600, "allow")
+    assert (denied["decision"], denied["expires_in"], denied["on_expiry"]) == ("deny", None, None)

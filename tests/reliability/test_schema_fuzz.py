@@ -39,7 +39,7 @@ from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_tenant, make_thread
 from tests.support import current_database_url, server_warm_up
 from tests.worker import private_queue, queue_delete, tasks_routed_to
-from threads.models import Thread, VariableRequest
+from threads.models import Action, Thread, VariableRequest
 from threads.services.control import turn_cancel
 from threads.services.env import tenant_env_set, thread_env_set
 from threads.services.files import file_write
@@ -75,6 +75,7 @@ class World:
     ended_turn: str
     other_key: str
     rule: str
+    action: str
 
 
 def _world() -> World:
@@ -90,6 +91,12 @@ def _world() -> World:
     ended = message_queue(thread=thread, role="user", content="first")
     turn_cancel(thread=thread, turn=ended)
     queued = message_queue(thread=thread, role="user", content="second")
+    action = Action.objects.create(
+        tenant=tenant, thread=thread, turn=queued, kind="approval", tool_call_id="c",
+        tool_name="refund", arguments={"amount": 1}, decisions=["approve", "deny", "edit"],
+        schema={"type": "object", "properties": {"amount": {"type": "number"}}},
+        expires_at=now_us() + 3_600_000_000,
+    )  # fmt: skip
     return World(
         key=make_api_key(tenant, role=Role.ADMIN).secret,
         thread=str(thread.pk),
@@ -100,6 +107,7 @@ def _world() -> World:
         ended_turn=str(ended.pk),
         other_key=str(make_api_key(tenant, name="other", role=Role.MEMBER).api_key.id),
         rule=str(PermissionRule.objects.create(tenant=tenant, tool="refund", decision="deny").id),
+        action=str(action.pk),
     )
 
 
@@ -158,6 +166,7 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         "file_path": "notes/plan.txt",
         "request_id": world.request,
         "turn_id": turn,
+        "action_id": world.action,
     }
     return {f"path.{name}": values[name] for name in values if "{" + name + "}" in path}
 

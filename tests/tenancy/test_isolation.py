@@ -26,6 +26,7 @@ from tenancy.models import ApiKey, Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_thread
 from threads.models import (
+    Action,
     Event,
     IdempotencyKey,
     Log,
@@ -127,6 +128,18 @@ def _owned_variable_request(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(thread.id), "request_id": str(request.pk)}
 
 
+def _owned_action(tenant: Tenant) -> dict[str, str]:
+    """A pending approval on a turn of the tenant's thread."""
+    thread = make_thread(tenant)
+    turn = message_queue(thread=thread, role="user", content="private")
+    action = Action.objects.create(
+        tenant=tenant, thread=thread, turn=turn, kind="approval", tool_call_id="c",
+        tool_name="refund", arguments={"amount": 1}, decisions=["approve", "deny", "edit"],
+        expires_at=now_us() + 3_600_000_000,
+    )  # fmt: skip
+    return {"thread_id": str(thread.id), "action_id": str(action.pk)}
+
+
 def _owned_children(tenant: Tenant) -> dict[str, str]:
     """A parent thread with one registry entry (its child's id must not leak)."""
     parent = make_thread(tenant)
@@ -165,6 +178,8 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-turns-wait": _owned_thread,
     "thread-children": _owned_children,
     "thread-variables": _owned_variable_request,
+    "thread-actions": _owned_thread,
+    "thread-action": _owned_action,
     "turn-detail": _owned_turn,
     "turn-cancel": _owned_turn,
     "turn-promote": _owned_turn,
@@ -205,6 +220,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(Turn.objects.for_tenant(tenant).values()),
         list(IdempotencyKey.objects.for_tenant(tenant).values()),
         list(VariableRequest.objects.for_tenant(tenant).values()),
+        list(Action.objects.for_tenant(tenant).values()),
         list(SubagentLink.objects.for_tenant(tenant).values()),
     )
 

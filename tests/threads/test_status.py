@@ -9,9 +9,10 @@ import contextlib
 from collections.abc import Callable
 
 import pytest
+from django.db import transaction
 
 from common.errors import DomainError
-from threads.models import THREAD_REST, TURN_TERMINAL, Event, RunStatus, Thread, Turn
+from threads.models import THREAD_REST, TURN_PAUSED, TURN_TERMINAL, Event, RunStatus, Thread, Turn
 from threads.services.control import thread_terminate
 from threads.services.fence import StaleFence
 from threads.services.inbox import message_queue
@@ -23,6 +24,9 @@ from threads.services.status import (
     thread_settle,
     turn_finish,
     turn_inputs_take,
+    turn_pause,
+    turn_release,
+    turn_resume,
     turn_retrying,
     turns_cancel_waiting,
 )
@@ -39,6 +43,8 @@ def _turn(thread: Thread, status: str) -> Turn:
     """A turn of ``thread`` in ``status`` (taken under FENCE when it is past the queue)."""
     turn = message_queue(thread=thread, role="user", content="hi")
     Turn.objects.filter(pk=turn.pk).update(status=status, fence=FENCE)
+    if status in TURN_PAUSED:  # a paused turn holds its thread's queue
+        Thread.objects.filter(pk=thread.pk).update(paused_turn=turn)
     turn.refresh_from_db()
     return turn
 
@@ -65,6 +71,23 @@ def _retry(retrying: bool) -> Callable[[Thread, Turn], None]:
     return retry
 
 
+def _pause(status: str) -> Callable[[Thread, Turn], None]:
+    def pause(thread: Thread, turn: Turn) -> None:
+        turn_pause(thread=thread, fence=FENCE, turn=turn, status=status)
+
+    return pause
+
+
+def _release(thread: Thread, turn: Turn) -> None:
+    with transaction.atomic():
+        Thread.objects.select_for_update().get(pk=thread.pk)
+        turn_release(thread=thread, turn=turn)
+
+
+def _resume(thread: Thread, turn: Turn) -> None:
+    turn_resume(thread=thread, fence=FENCE, turn=turn)
+
+
 def _rest(thread: Thread, turn: Turn) -> None:
     thread_rest(thread=thread, fence=FENCE, rest=S.FAILED)
 
@@ -88,6 +111,9 @@ OPERATIONS: dict[str, Callable[[Thread, Turn], None]] = {
         for status in sorted(TURN_TERMINAL)
         for rest in sorted(THREAD_REST)
     },
+    **{f"pause {status}": _pause(status) for status in sorted(TURN_PAUSED)},
+    "release": _release,
+    "resume": _resume,
     "rest": _rest,
     "settle": _settle,
     "terminate": _terminate,
@@ -107,6 +133,8 @@ def test_every_thread_status_change_is_allowed_and_announced_once(
 ) -> None:
     turn = _turn(thread, turn_status)
     Thread.objects.filter(pk=thread.pk).update(status=start, fence=FENCE)
+    if start in TURN_PAUSED:  # as a pause leaves it
+        Thread.objects.filter(pk=thread.pk).update(paused_turn=turn)
     thread.refresh_from_db()
     announced = _status_events(thread)
 

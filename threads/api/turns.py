@@ -42,7 +42,16 @@ from threads.api.base import (
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
 from threads.api.messages import MessageSendInput
 from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType
-from threads.models import TURN_TERMINAL, Event, RunStatus, Turn, TurnSource, TurnStrategy
+from threads.models import (
+    TURN_PAUSED,
+    TURN_TERMINAL,
+    Event,
+    RunStatus,
+    Turn,
+    TurnSource,
+    TurnStrategy,
+)
+from threads.services.actions import turn_pending_actions
 from threads.services.attachments import attachments_store
 from threads.services.control import turn_cancel
 from threads.services.inbox import message_queue, queued_message_fields
@@ -214,7 +223,13 @@ def _answer(turn: Turn) -> bytes:
     messages = turn_messages(turn=turn)
     body = {"turn": turn_json(turn, message_ids=[message["id"] for message in messages]),
             "messages": messages, "done": turn.status in TURN_TERMINAL}  # fmt: skip
+    if turn.status in TURN_PAUSED:  # what the person is asked
+        body["actions"] = turn_pending_actions(turn=turn)
     return json.dumps(body, cls=DjangoJSONEncoder).encode()
+
+
+# A wait answers once the turn is over, or rests on a person's decision.
+_ANSWERED = TURN_TERMINAL | TURN_PAUSED
 
 
 def _body_once_ended(turn: Turn, *, woken: bool = False) -> bytes | None:
@@ -222,10 +237,10 @@ def _body_once_ended(turn: Turn, *, woken: bool = False) -> bytes | None:
     status alone; after a notice (the turn has likely ended) the whole turn at once."""
     if not woken:
         status = turn_status(turn=turn)
-        if status is not None and status not in TURN_TERMINAL:
+        if status is not None and status not in _ANSWERED:
             return None
     current = turn_reread(turn=turn)
-    if current is not None and current.status not in TURN_TERMINAL:
+    if current is not None and current.status not in _ANSWERED:
         return None
     return _answer(current or turn)
 
@@ -233,14 +248,15 @@ def _body_once_ended(turn: Turn, *, woken: bool = False) -> bytes | None:
 WAIT_ANSWER = OpenApiResponse(
     OpenApiTypes.OBJECT,
     description="`{turn, messages, done}`: the turn, the messages it wrote, and whether it "
-    "is terminal (false when the timeout passed first)",
+    "is terminal (false when the timeout passed first, or when the turn rests on a person's "
+    "decision: then `actions` lists what they are asked)",
 )
 
 
 def _waited(request: Request, turn: Turn, timeout: float) -> HttpResponseBase:
     """The wait's answer for ``turn``: at once when it is terminal, else a body written on
     the event loop (under ASGI) once it is or ``timeout`` seconds passed."""
-    if turn.status in TURN_TERMINAL:  # final: nothing to wait for
+    if turn.status in _ANSWERED:  # nothing to wait for
         return HttpResponse(_answer(turn), content_type="application/json")
     content = (
         _wait_async(turn, timeout)
@@ -255,8 +271,10 @@ class TurnWaitView(TurnScopedView):
         parameters=[TurnWaitQuery], responses={200: WAIT_ANSWER}, operation_id="turns_wait"
     )
     def get(self, request: Request, turn_id: str) -> HttpResponseBase:
-        """Block until the turn is terminal or ``timeout`` seconds (default 30, at most 600)
-        pass, then answer the turn, the messages it wrote and ``done``."""
+        """Block until the turn is terminal, rests on a person's decision
+        (``waiting_permission``/``waiting_input``: the answer lists its pending ``actions``)
+        or ``timeout`` seconds (default 30, at most 600) pass, then answer the turn, the
+        messages it wrote and ``done``."""
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         return _waited(request, self.turn(), float(query.validated_data["timeout"]))

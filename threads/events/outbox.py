@@ -37,7 +37,8 @@ from threads.models import Event, EventCounter, Thread
 # Events after which a caller waiting on a turn of the thread reads it again: a turn's end,
 # or a queue change that removed or cancelled waiting turns (threads.turn_signals). A turn
 # added, taken or promoted has not ended: it wakes no one.
-WAKES_TURN_WAITERS = frozenset(TURN_END_EVENTS.values())
+# A turn's end, or its pause for a person's decision (a wait answers then too).
+WAKES_TURN_WAITERS = frozenset({*TURN_END_EVENTS.values(), EventType.ACTION_REQUIRED})
 QUEUE_CHANGES_ENDING_TURNS = frozenset({"removed", "cancelled"})
 
 # Engine progress markers published outside a transaction wait in their outbox for the

@@ -39,6 +39,10 @@ class EventType(StrEnum):
     TOOL_RESULT = "tool.result"
     TOOL_FAILED = "tool.failed"
     PERMISSION_EVALUATED = "permission.evaluated"
+    PERMISSION_REQUESTED = "permission.requested"
+    PERMISSION_RESOLVED = "permission.resolved"
+    ACTION_REQUIRED = "action.required"
+    ACTION_RESOLVED = "action.resolved"
     KV_CHANGED = "kv.changed"
     FILE_CHANGED = "file.changed"
     EFFECT_SCHEDULED = "effect.scheduled"
@@ -218,14 +222,44 @@ class ToolEnded(TypedDict):
 
 class PermissionEvaluated(TypedDict):
     """The permission rules decided on tool call ``tool_call_id`` (of tool ``name``) before
-    it ran: ``decision`` is ``allow`` or ``deny``; ``rule`` is the rule that decided
-    (``{decision, source, when?}``, ``source`` being ``registry`` or ``prompt``), null when
-    none applied and the call was allowed."""
+    it ran: ``decision`` is ``allow``, ``ask`` or ``deny``; ``rule`` is the rule that decided
+    (``{decision, source, when?, id?}``, ``source`` being ``registry``, ``prompt`` or
+    ``tenant``), null when none applied and the call was allowed."""
 
     tool_call_id: str
     name: str
     decision: str
     rule: dict[str, Any] | None
+
+
+class PermissionAsked(TypedDict):
+    """``permission.requested``: an ``ask`` rule put tool call ``tool_call_id`` before a
+    person (action ``action_id``). ``permission.resolved``: the person (or the expiry)
+    decided; ``decision`` is ``allow`` or ``deny`` and ``by`` is ``person``, ``expiry`` or
+    ``cancel`` (the turn ended first)."""
+
+    action_id: str
+    tool_call_id: str
+    name: str
+    rule: NotRequired[dict[str, Any] | None]
+    decision: NotRequired[str]
+    by: NotRequired[str]
+
+
+class ActionChanged(TypedDict):
+    """``action.required``: turn ``turn_id`` rests until a person answers action
+    ``action_id`` (``kind`` ``approval`` of tool call ``tool_call_id``, or ``input`` a tool
+    asked for), the action as ``GET .../actions/{id}`` shows it in ``action``.
+    ``action.resolved``: it was answered, expired or cancelled (``status``). Also sent to
+    the tenant's socket, so an inbox can list what waits."""
+
+    action_id: str
+    turn_id: str
+    kind: str
+    tool_call_id: str
+    name: str
+    status: str
+    action: NotRequired[dict[str, Any]]
 
 
 class KvChanged(TypedDict):
@@ -296,6 +330,10 @@ PAYLOADS: dict[EventType, type] = {
     EventType.TOOL_RESULT: ToolEnded,
     EventType.TOOL_FAILED: ToolEnded,
     EventType.PERMISSION_EVALUATED: PermissionEvaluated,
+    EventType.PERMISSION_REQUESTED: PermissionAsked,
+    EventType.PERMISSION_RESOLVED: PermissionAsked,
+    EventType.ACTION_REQUIRED: ActionChanged,
+    EventType.ACTION_RESOLVED: ActionChanged,
     EventType.KV_CHANGED: KvChanged,
     EventType.FILE_CHANGED: FileChanged,
     EventType.EFFECT_SCHEDULED: EffectChanged,
@@ -334,6 +372,8 @@ LIFECYCLE = frozenset(
         EventType.THREAD_TERMINATED,
         EventType.THREAD_DELETED,
         EventType.THREAD_STATUS,
+        EventType.ACTION_REQUIRED,
+        EventType.ACTION_RESOLVED,
     }
 )
 MESSAGE_TYPES = frozenset({EventType.MESSAGE_CREATED, EventType.MESSAGE_UPDATED})

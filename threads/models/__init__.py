@@ -5,8 +5,15 @@ spec's ThreadState speaks them. Every row carries ``tenant`` (TenantOwned) as
 well as ``thread`` so that scoping never depends on a join.
 """
 
+from threads.models.actions import Action, ActionKind, ActionStatus
 from threads.models.events import Event, EventCounter
-from threads.models.statuses import THREAD_REST, TURN_ACTIVE, TURN_TERMINAL, RunStatus
+from threads.models.statuses import (
+    THREAD_REST,
+    TURN_ACTIVE,
+    TURN_PAUSED,
+    TURN_TERMINAL,
+    RunStatus,
+)
 from threads.models.storage import EnvType, TenantEnv, ThreadEnv, ThreadFile, ThreadValue
 from threads.models.subagents import SubagentLink, VariableRequest
 from threads.models.threads import Log, Message, MessageRole, MessageStatus, Thread, ThreadOwned
@@ -23,7 +30,11 @@ from threads.models.turns import (
 __all__ = [
     "THREAD_REST",
     "TURN_ACTIVE",
+    "TURN_PAUSED",
     "TURN_TERMINAL",
+    "Action",
+    "ActionKind",
+    "ActionStatus",
     "EffectStatus",
     "EnvType",
     "Event",

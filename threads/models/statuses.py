@@ -16,12 +16,12 @@ class RunStatus(models.TextChoices):
     RUNNING = "running"  # a flow is executing the turn
     STREAMING = "streaming"  # read model only: a model answer is being streamed
     RETRYING = "retrying"  # a model call is being retried or a fallback is active
-    WAITING_INPUT = "waiting_input"  # the human side is next (thread)
-    WAITING_PERMISSION = "waiting_permission"  # not produced yet: tool approvals
+    WAITING_INPUT = "waiting_input"  # the human side is next, or a tool asked for input
+    WAITING_PERMISSION = "waiting_permission"  # a tool call waits for approval
     WAITING_RESOURCE = "waiting_resource"  # read model only: work waits and no worker takes it
     BLOCKED = "blocked"  # a credential (a model's API key) is missing
     LOST = "lost"  # read model only: running, but no worker holds the thread
-    TIMED_OUT = "timed_out"  # not produced yet: no time budget ends a turn
+    TIMED_OUT = "timed_out"  # a person's decision was not made in time
     COMPLETED = "completed"  # the work ended as its agent defines success
     FAILED = "failed"  # the work cannot continue without a new request
     CANCELLED = "cancelled"  # a stop, cancel, interrupt, rollback or terminate ended it
@@ -40,6 +40,8 @@ TURN_TERMINAL = frozenset(
 )
 # A turn in one of these is being run by a flow.
 TURN_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.RETRYING})
+# A turn in one of these rests on a person's decision (an action); no flow runs it.
+TURN_PAUSED = frozenset({RunStatus.WAITING_PERMISSION, RunStatus.WAITING_INPUT})
 # What a thread rests in when no turn runs or waits.
 THREAD_REST = frozenset(
     {
@@ -48,5 +50,6 @@ THREAD_REST = frozenset(
         RunStatus.FAILED,
         RunStatus.CANCELLED,
         RunStatus.BLOCKED,
+        RunStatus.TIMED_OUT,
     }
 )

@@ -46,6 +46,11 @@ class Thread(TenantOwned):
     # The side acting in the running flow ("" when none runs): a worker that finds it set
     # took over from one that died mid-flow, and resumes that side.
     acting_side = models.CharField(max_length=1, blank=True)
+    # The turn resting on a person's decision (``waiting_permission``/``waiting_input``):
+    # while set, the thread's other turns wait behind it (threads.services.actions).
+    paused_turn = models.ForeignKey(
+        "threads.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at"]

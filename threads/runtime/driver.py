@@ -8,7 +8,9 @@
 2. If the previous holder died mid-flow, close its open calls and resume its side.
 3. Run the waiting turns, one flow each, while the thread is neither stopped nor terminated
    (a turn its dead worker left running is resumed first, or ended when a stop, cancel or
-   terminate was asked of it).
+   terminate was asked of it). A turn resting on a person's decision holds the queue: once
+   answered it is resumed where it paused (by whichever worker is woken), until then the
+   drive ends and no worker waits for it.
 4. Release the lock and re-enqueue when a wake-up came while it was held: a wake-up that
    finds the lock taken leaves the holder a note, in the same Redis script (no lost
    wake-ups, and no database read when none came).
@@ -28,20 +30,35 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 
 from agents.providers.base import AbortSignal
 from common.outages import OUTAGE_ERRORS
 from common.time import now_us
-from threads.models import TURN_ACTIVE, Message, MessageRole, RunStatus, Thread, Turn
+from threads.models import (
+    TURN_ACTIVE,
+    Action,
+    ActionStatus,
+    Message,
+    MessageRole,
+    RunStatus,
+    Thread,
+    Turn,
+)
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.stops import StopReason
 from threads.services import wakeups
-from threads.services.control import active_turn, child_close, interrupted_turn_end
+from threads.services.control import (
+    active_turn,
+    child_close,
+    interrupted_turn_end,
+    paused_turn,
+)
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
 from threads.services.lock import Heartbeat, ThreadLock, lock_acquire, lock_is_held
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
-from threads.services.status import thread_rest, turn_fail_crashed
+from threads.services.status import thread_rest, turn_fail_crashed, turn_resume
 from threads.services.subagents import awaits_release, session_end
 
 logger = logging.getLogger(__name__)
@@ -232,15 +249,23 @@ def _run_flows(
             next_turn_id = None
         # Only a dead worker's turn is still active here (a flow ends its own).
         turn = active_turn(thread=thread) if thread.status in TURN_ACTIVE else None
+        if turn is None and thread.paused_turn_id is not None:
+            turn = paused_turn(thread=thread)
         if thread.terminated_at is not None or thread.stop_requested:
             if turn is not None:
                 interrupted_turn_end(thread=thread, fence=fence, turn=turn)
             return
         resume: Side | None = None
-        if turn is not None:
-            if turn.cancel_requested:
-                interrupted_turn_end(thread=thread, fence=fence, turn=turn)
-                continue
+        resumption: Action | None = None
+        if turn is not None and turn.cancel_requested:
+            interrupted_turn_end(thread=thread, fence=fence, turn=turn)
+            flow, next_turn_id, pending = None, None, True
+            continue
+        if turn is not None and turn.pk == thread.paused_turn_id:
+            resumption = _answered(thread, fence, turn)
+            if resumption is None:
+                return  # a person has yet to decide: the thread waits without a worker
+        elif turn is not None:
             resume = _recover(thread, fence, turn)
         elif next_turn_id is not None:  # read with the fence: no statement of its own
             turn = Turn(id=next_turn_id, tenant_id=thread.tenant_id, thread=thread,
@@ -254,7 +279,7 @@ def _run_flows(
         try:
             flow = Flow(
                 thread, fence=fence, runtime=runtime, abort=abort, turn=turn, resume_side=resume,
-                drive=thread_drive,
+                drive=thread_drive, resumption=resumption,
             )  # fmt: skip
             reason = flow.run()
         except (StaleFence, *OUTAGE_ERRORS):
@@ -278,6 +303,24 @@ def _run_flows(
         result.reasons.append(reason)
         if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED):
             return
+        if reason == StopReason.ACTION_REQUIRED:
+            return  # the turn rests on a person's decision; the others wait behind it
+
+
+def _answered(thread: Thread, fence: int, turn: Turn) -> Action | None:
+    """The answered action the paused ``turn`` resumes from, once it runs again under
+    ``fence``; None while it still waits for a person."""
+    if turn.status != RunStatus.QUEUED:
+        return None
+    action = (
+        Action.objects.filter(turn_id=turn.pk)
+        .exclude(status=ActionStatus.PENDING)
+        .order_by("-created_at")
+        .first()
+    )
+    if action is None or not turn_resume(thread=thread, fence=fence, turn=turn):
+        return None
+    return action
 
 
 def _next_turn(thread: Thread) -> Turn | None:
@@ -319,14 +362,16 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
 
 
 def threads_sweep() -> int:
-    """Re-enqueue threads that have waiting turns (not parked by a stop, submitted at least
-    ``THREAD_SWEEP_GRACE_S`` ago) or a turn marked running, and no live lock holder (a
-    crashed worker, a lost broker message). Returns how many were woken.
+    """Re-enqueue threads that have waiting turns (not parked by a stop nor held back by a
+    turn waiting for a person, submitted at least ``THREAD_SWEEP_GRACE_S`` ago) or a turn
+    marked running, and no live lock holder (a crashed worker, a lost broker message).
+    Returns how many were woken.
 
     The grace spares the broker a second task for every turn whose wake-up is still queued
     behind others (under load, most of them): a lost wake-up is recovered that much later."""
     submitted_before = now_us() - int(settings.THREAD_SWEEP_GRACE_S * 1_000_000)
     waiting = Turn.objects.filter(
+        Q(thread__paused_turn__isnull=True) | Q(thread__paused_turn__status=RunStatus.QUEUED),
         status=RunStatus.QUEUED,
         created_at__lt=submitted_before,
         host__isnull=True,

@@ -36,6 +36,8 @@ class StopReason(StrEnum):
     INTERRUPTED = "interrupted"  # a turn submitted with multitask_strategy=interrupt
     ROLLED_BACK = "rolled_back"  # ... with multitask_strategy=rollback
     IDLE = "idle"  # the flow found nothing to do
+    ACTION_REQUIRED = "action_required"  # the turn rests on a person's decision (an action)
+    ACTION_EXPIRED = "action_expired"  # nobody decided in time and the rule says deny
 
 
 _CANCELLED = frozenset(
@@ -66,11 +68,14 @@ def turn_outcome(
     reason: StopReason, *, human_side: bool, error_code: str | None = None
 ) -> tuple[RunStatus, RunStatus]:
     """The status a turn ends in for ``reason``, and the status its thread then rests in:
-    cancelled for stops, cancels and terminates; ``blocked`` when a model has no API key;
+    cancelled for stops, cancels and terminates; ``timed_out`` when a person's decision
+    expired unanswered; ``blocked`` when a model has no API key;
     failed for errors and limits; otherwise completed (the thread ``waiting_input`` when the
     human side is next)."""
     if reason in _CANCELLED:
         return RunStatus.CANCELLED, RunStatus.CANCELLED
+    if reason == StopReason.ACTION_EXPIRED:
+        return RunStatus.TIMED_OUT, RunStatus.TIMED_OUT
     if reason == StopReason.STEP_ERROR and error_code == MISSING_CREDENTIAL:
         return RunStatus.BLOCKED, RunStatus.BLOCKED
     if reason in _FAILED:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.documents import SessionBinding, ToolConfig
-from agents.permissions import decide, rule_from
+from agents.permissions import Rule, decide, rule_from
 from agents.providers.base import ToolCall
 from agents.registry import HookName, ToolEntry, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
@@ -43,11 +43,34 @@ class FlowAborted(Exception):
     """The flow's abort signal fired (a user stop or terminate); raised at a checkpoint."""
 
 
+class ActionNeeded(Exception):
+    """A tool call waits for a person (an ``ask`` rule): the flow pauses its turn on an
+    action (:mod:`threads.services.actions`) and a worker resumes it once answered."""
+
+    def __init__(
+        self, *, kind: str, call: ToolCall, issuer: Message, rule: Rule | None = None,
+        schema: Mapping[str, Any] | None = None, prompt: str = "",
+    ) -> None:  # fmt: skip
+        super().__init__(f"tool call {call.id} of {call.name!r} waits for a person ({kind})")
+        self.kind, self.call, self.issuer = kind, call, issuer
+        self.rule, self.schema, self.prompt = rule, schema, prompt
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     call: ToolCall
     result: ToolResult
     stored: Message | None  # None: an after_tool_call_* hook said "store nothing"
+
+
+def stored_outcome(call: ToolCall, stored: Message) -> ToolOutcome:
+    """The outcome of a call that ran before its turn paused, from its stored result."""
+    content = stored.content or ""
+    if stored.tool_status == "success":
+        return ToolOutcome(call, ToolResult.success(content), stored)
+    error = content.removeprefix(failure_text(""))
+    return ToolOutcome(call, ToolResult.failure(error, code=stored.metadata.get("error_code")),
+                       stored)  # fmt: skip
 
 
 def call_json(call: ToolCall) -> dict[str, Any]:
@@ -99,6 +122,7 @@ class ToolRunner:
         parent: Message | None,
         session_bindings: Mapping[str, SessionBinding] | None = None,
         status_tool: str | None = None,
+        pausable: bool = False,
     ) -> None:
         self.flow = flow
         self.prompt_name = prompt_name
@@ -108,6 +132,9 @@ class ToolRunner:
         self.parent = parent
         self.bindings = dict(session_bindings or {})
         self.status_tool = status_tool  # the side's session_status binding
+        # Whether a call may pause the turn for a person (a model step's own calls); other
+        # calls (a subprompt's, a queued tool's) that need one are refused.
+        self.pausable = pausable
 
     def run(self, calls: Sequence[ToolCall], *, issuer: Message) -> list[ToolOutcome]:
         """Run ``calls`` (issued by ``issuer``) in order. On abort, the calls not yet run get
@@ -130,13 +157,19 @@ class ToolRunner:
         issuer: Message,
         forced: ResolvedTool | None = None,
         execute: Callable[[], ToolResult] | None = None,
+        granted: bool = False,
+        decided: ToolResult | None = None,
     ) -> ToolOutcome:
         """Run one call: its permission (not for a call the runtime makes itself, with
-        ``execute``), events, the tool (or ``execute``), the after-call hooks, the stored
-        result and its log row. A denied call does not start: its result is the denial."""
+        ``execute``, nor one a person ``granted``), events, the tool (or ``execute``), the
+        after-call hooks, the stored result and its log row. A denied call does not start:
+        its result is the denial (``decided``: a person's). Raises ActionNeeded when a rule
+        asks a person first and this call may wait for one."""
         resolved = forced or self.tools.get(call.name)
         log_id = new_id()
-        denied = self._denial(call, resolved) if execute is None else None
+        denied = decided
+        if denied is None and execute is None and not granted:
+            denied = self._permission(call, resolved, issuer, pausable=forced is None)
         if denied is None:
             self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
             self.flow.publish(
@@ -185,10 +218,13 @@ class ToolRunner:
             return contextlib.nullcontext()
         return self.flow.outbox.batch()
 
-    def _denial(self, call: ToolCall, resolved: ResolvedTool | None) -> ToolResult | None:
+    def _permission(
+        self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message, *, pausable: bool
+    ) -> ToolResult | None:
         """Weigh the call's permission rules (its registry default, its prompt entry's, the
         tenant's for this agent and tool) and record the decision; the result a denied call
-        gets, None when it may run."""
+        gets, None when it may run. An ``ask`` raises ActionNeeded, or is refused where no
+        person can be waited for."""
         rules = []
         if resolved is not None and resolved.entry is not None and resolved.entry.approval:
             rules.append(resolved.entry.approval)
@@ -207,9 +243,21 @@ class ToolRunner:
             {"tool_call_id": call.id, "name": call.name, "decision": verdict.decision,
              "rule": verdict.rule.as_json() if verdict.rule is not None else None},
         )  # fmt: skip
-        if verdict.decision != "deny":
+        if verdict.decision == "allow" or resolved is None:  # an unknown tool fails anyway
             return None
         source = verdict.rule.source if verdict.rule is not None else ""
+        if verdict.decision == "ask":
+            if pausable and self.pausable:
+                raise ActionNeeded(
+                    kind="approval", call=call, issuer=issuer, rule=verdict.rule,
+                    schema=resolved.parameters,
+                )  # fmt: skip
+            where = "a subprompt's tool call" if self.parent is not None else "a queued call"
+            return ToolResult.failure(
+                f"Approval required: a {source} rule asks a person before calls of "
+                f"{call.name!r}, and {where} cannot wait for one",
+                code="approval_unavailable",
+            )
         return ToolResult.failure(
             f"Permission denied: a {source} rule denies calls of {call.name!r}"
             + (" with these arguments" if verdict.rule and verdict.rule.when is not None else ""),

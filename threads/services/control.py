@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Subquery
 
 from common.time import now_us
 from threads.events import Outbox, publish
@@ -55,6 +56,18 @@ def active_turn(*, thread: Thread) -> Turn | None:
     ).first()
 
 
+def paused_turn(*, thread: Thread) -> Turn | None:
+    """The turn resting on a person's decision, or answered and waiting to resume (the
+    thread's ``paused_turn``, read now), if any."""
+    paused = Thread.objects.filter(pk=thread.pk).values("paused_turn_id")
+    return Turn.objects.filter(pk=Subquery(paused)).first()
+
+
+def current_turn(*, thread: Thread) -> Turn | None:
+    """The turn a stop or terminate ends: the active one, else the paused one."""
+    return active_turn(thread=thread) or paused_turn(thread=thread)
+
+
 @dataclass(frozen=True)
 class StopResult:
     """What a stop did: the running turn it stopped, or how many waiting turns it parked."""
@@ -72,10 +85,10 @@ def thread_stop(*, thread: Thread) -> StopResult:
         locked = fence_check(thread=thread, fence=None)
         if locked.terminated_at is not None:
             raise terminated_error()
-        running = active_turn(thread=thread)
+        running = current_turn(thread=thread)
         parked = Turn.objects.filter(
             thread_id=thread.pk, host__isnull=True, status=RunStatus.QUEUED
-        ).count()
+        ).count() - (running is not None and running.status == RunStatus.QUEUED)
         if running is None and parked == 0:
             return StopResult(None, 0)
         Thread.objects.filter(pk=thread.pk).update(stop_requested=True, updated_at=now_us())
@@ -88,14 +101,15 @@ def thread_stop(*, thread: Thread) -> StopResult:
 
 
 def _finish_without_flow(thread: Thread) -> None:
-    """When no worker holds the thread (its flow's worker died), end its running turn here
-    as the flow would have; otherwise the flow got the signal and does it."""
+    """When no worker holds the thread (its flow's worker died, or its turn rests on a
+    person's decision), end its running or paused turn here as the flow would have;
+    otherwise the flow got the signal and does it."""
     lock = lock_acquire(tenant_id=thread.tenant_id, thread_id=thread.pk)
     if lock is None:
         return  # a flow runs: it sees the signal and ends the turn itself
     try:
         fence, _waiting = fence_acquire(thread=thread)
-        turn = active_turn(thread=thread)
+        turn = current_turn(thread=thread)
         if turn is not None:
             interrupted_turn_end(thread=thread, fence=fence, turn=turn)
     finally:
@@ -174,14 +188,15 @@ def cancel_close(*, thread: Thread, fence: int, turn: Turn, outbox: Outbox | Non
 
 def turn_cancel(*, thread: Thread, turn: Turn) -> Turn:
     """interrupt_turn (``POST /turns/{id}/cancel``): a waiting turn ends ``cancelled`` at once;
-    a running one is aborted and closed (what it wrote stays); a finished one is left as it
-    is. Idempotent. Returns the turn as it stands."""
+    a running or paused one is aborted and closed (what it wrote stays; its pending actions
+    are cancelled); a finished one is left as it is. Idempotent. Returns the turn as it
+    stands."""
     with transaction.atomic():
-        fence_check(thread=thread, fence=None)
+        locked = fence_check(thread=thread, fence=None)
         turn.refresh_from_db()
         if turn.status in TURN_TERMINAL:
             return turn
-        if turn.status == RunStatus.QUEUED:
+        if turn.status == RunStatus.QUEUED and locked.paused_turn_id != turn.pk:
             turns_cancel_waiting(thread=thread, turn_ids=[turn.pk])
             thread_settle(thread=thread)
             turn.refresh_from_db()
@@ -207,7 +222,7 @@ def thread_terminate(*, thread: Thread, keep_status: bool = False) -> bool:
         Thread.objects.filter(pk=thread.pk).update(terminated_at=now, updated_at=now)
         thread.terminated_at = now
         turns_cancel_waiting(thread=thread, outcome="terminated")
-        running = active_turn(thread=thread)
+        running = current_turn(thread=thread)
         if running is not None:
             transaction.on_commit(lambda: _signal(thread, "terminate"), robust=True)
         elif keep_status:

@@ -31,10 +31,11 @@ HAS_WAITING = (
 # What a lock holder decides on: the thread's state and whether turns wait. Every
 # statement that reads it returns these columns, in this order (see apply_state).
 STATE_COLUMNS = f"status, acting_side, terminated_at, stop_requested, agent_name, {HAS_WAITING}"
-# The turn that runs next: the first waiting one (NULL when none waits).
+# The turn that runs next: the first waiting one (NULL when none waits, or while a paused
+# turn holds the queue: the driver reads that one itself).
 NEXT_WAITING = (
     "(SELECT id FROM threads_turn WHERE thread_id = threads_thread.id AND host_id IS NULL "
-    "AND status = 'queued' ORDER BY position LIMIT 1)"
+    "AND status = 'queued' AND threads_thread.paused_turn_id IS NULL ORDER BY position LIMIT 1)"
 )
 # The statements are built from the constants above only; every value is a parameter.
 _ACQUIRE = (
@@ -44,10 +45,13 @@ _ACQUIRE = (
 _REFRESH = f"SELECT {STATE_COLUMNS} FROM threads_thread WHERE id = %s"  # noqa: S608
 # The columns are LockedThread's.
 _LOCK = (
-    "SELECT fence, terminated_at, status, stop_requested FROM threads_thread "
+    "SELECT fence, terminated_at, status, stop_requested, paused_turn_id FROM threads_thread "
     "WHERE id = %s FOR NO KEY UPDATE"
 )
-_READ = "SELECT fence, terminated_at, status, stop_requested FROM threads_thread WHERE id = %s"
+_READ = (
+    "SELECT fence, terminated_at, status, stop_requested, paused_turn_id FROM threads_thread "
+    "WHERE id = %s"
+)
 
 
 class ThreadTerminated(Conflict):
@@ -151,6 +155,7 @@ class LockedThread(NamedTuple):
     terminated_at: int | None
     status: str
     stop_requested: bool
+    paused_turn_id: Any  # the turn resting on a person's decision (threads.services.actions)
 
 
 def _checked(row: Any, thread: Thread, fence: int | None) -> LockedThread:

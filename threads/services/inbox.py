@@ -41,10 +41,13 @@ def terminated_error() -> ThreadTerminated:
     return ThreadTerminated("the thread is terminated; it accepts no new work")
 
 
-def _busy_turn(thread: Thread) -> Turn | None:
-    """The turn a new one would wait behind: the active one, else the first waiting."""
+def _busy_turn(thread: Thread, paused_turn_id: Any) -> Turn | None:
+    """The turn a new one would wait behind: the active one, else the paused one (resting
+    on a person's decision, or answered and about to resume), else the first waiting."""
     rows = Turn.objects.filter(thread_id=thread.pk, host__isnull=True)
     active = rows.filter(status__in=TURN_ACTIVE).first()
+    if active is None and paused_turn_id is not None:
+        active = rows.filter(pk=paused_turn_id).first()
     return active or rows.filter(status=RunStatus.QUEUED).order_by("position").first()
 
 
@@ -84,16 +87,20 @@ def turn_submit(
     with transaction.atomic():
         active: Turn | None = None
         if strategy != TurnStrategy.ENQUEUE and host is None:
-            if fence_check(thread=thread, fence=None).terminated_at is not None:
+            locked = fence_check(thread=thread, fence=None)
+            if locked.terminated_at is not None:
                 raise terminated_error()
-            busy = _busy_turn(thread)
+            busy = _busy_turn(thread, locked.paused_turn_id)
             if strategy == TurnStrategy.REJECT and busy is not None:
                 raise ThreadBusy(
                     f"turn {busy.pk} is {busy.status} on this thread; multitask_strategy "
                     "reject refuses another until it ends",
                     field="multitask_strategy",
                 )
-            active = busy if busy is not None and busy.status in TURN_ACTIVE else None
+            started = busy is not None and (
+                busy.status in TURN_ACTIVE or busy.pk == locked.paused_turn_id
+            )
+            active = busy if started else None
         front = strategy in (TurnStrategy.INTERRUPT, TurnStrategy.ROLLBACK)
         if not turn_enqueue(turn=turn, thread=thread, clear_stop=clear_stop, front=front,
                             outbox=outbox):  # fmt: skip

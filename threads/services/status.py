@@ -20,10 +20,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 
 from common.time import now_us
 from threads.events import TURN_END_EVENTS, Outbox, publish, publish_many
-from threads.models import THREAD_REST, TURN_TERMINAL, RunStatus, Thread, Turn
+from threads.models import THREAD_REST, TURN_PAUSED, TURN_TERMINAL, RunStatus, Thread, Turn
 from threads.services.fence import HAS_WAITING, STATE_COLUMNS, StaleFence, apply_state
 from threads.services.messages import jsonb_value
 
@@ -31,21 +32,25 @@ S = RunStatus
 
 # Which stored status may follow which (a thread's status outside these never changes).
 _REST = frozenset(THREAD_REST)
+# A paused turn's thread shows its turn's status (``waiting_input`` is also a rest status).
+_PAUSED = frozenset(TURN_PAUSED)
 THREAD_TRANSITIONS: Mapping[str, frozenset[str]] = {
     **{rest: frozenset({S.QUEUED, S.RUNNING, S.CANCELLED} | _REST) for rest in _REST},
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED} | _REST),
-    S.RUNNING: frozenset({S.RETRYING, S.QUEUED, S.CANCELLED} | _REST),
-    S.RETRYING: frozenset({S.RUNNING, S.QUEUED, S.CANCELLED} | _REST),
+    S.RUNNING: frozenset({S.RETRYING, S.QUEUED, S.CANCELLED} | _REST | _PAUSED),
+    S.RETRYING: frozenset({S.RUNNING, S.QUEUED, S.CANCELLED} | _REST | _PAUSED),
+    S.WAITING_PERMISSION: frozenset({S.QUEUED, S.CANCELLED} | _REST),
 }
 TURN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED}),
-    S.RUNNING: frozenset({S.RETRYING} | TURN_TERMINAL),
-    S.RETRYING: frozenset({S.RUNNING} | TURN_TERMINAL),
+    S.RUNNING: frozenset({S.RETRYING} | TURN_TERMINAL | _PAUSED),
+    S.RETRYING: frozenset({S.RUNNING} | TURN_TERMINAL | _PAUSED),
+    # Answered: queued to be resumed; or ended while it waited (a stop, cancel, terminate).
+    **{paused: frozenset({S.QUEUED, S.CANCELLED}) for paused in _PAUSED},
     **{end: frozenset() for end in TURN_TERMINAL},
 }
 _ACTIVE = [S.RUNNING, S.RETRYING]
-# The statuses of the vocabulary no row holds (``timed_out`` is allowed as a turn's end but
-# nothing produces it), and why; docs/engine.md says the same.
+# The statuses of the vocabulary no row holds, and why; docs/engine.md says the same.
 NOT_STORED: Mapping[str, str] = {
     S.ACCEPTED: "a turn is stored queued in the transaction that accepts it; the 202 answer "
     "is the acceptance",
@@ -55,8 +60,6 @@ NOT_STORED: Mapping[str, str] = {
     S.STALE: "read model only: the lock store cannot be asked whether a worker is alive",
     S.WAITING_RESOURCE: "read model only: turns waited past twice the sweep interval and no "
     "worker holds the thread",
-    S.WAITING_PERMISSION: "not produced yet: tool approvals come with human-in-the-loop actions",
-    S.TIMED_OUT: "not produced yet: no time budget ends a turn (action expiry will)",
 }
 
 
@@ -107,13 +110,14 @@ def _thread_status_change(
 # Entering the queue --------------------------------------------------------------------------
 
 # One statement: lock the open thread's row (a terminated thread inserts nothing), lift a
-# user stop when asked, show a resting thread as queued (not while a stop parks its turns),
+# user stop when asked, show a resting thread as queued (not while a stop parks its turns
+# or a paused turn holds the queue),
 # then append the turn. The row lock is taken before the position is drawn, so positions
 # follow commit order: the queue is FIFO. ``front`` puts the turn before every waiting one.
 _ENQUEUE = (
     "WITH t AS (UPDATE threads_thread SET "
     "status = CASE WHEN (NOT stop_requested OR %(clear)s) AND status = ANY(%(rest)s) "
-    "AND %(host)s::uuid IS NULL THEN 'queued' ELSE status END, "
+    "AND %(host)s::uuid IS NULL AND paused_turn_id IS NULL THEN 'queued' ELSE status END, "
     "updated_at = %(now)s, stop_requested = stop_requested AND NOT %(clear)s "
     "WHERE id = %(thread)s AND terminated_at IS NULL RETURNING id, status), "
     "ins AS (INSERT INTO threads_turn (id, tenant_id, thread_id, position, host_id, kind, "
@@ -169,11 +173,12 @@ def turn_enqueue(
 
 # Taking and running ---------------------------------------------------------------------------
 
-# One statement: while ``fence`` is current, take the turn's waiting inputs (the turn itself
-# the first time, and what it queued for itself since), mark the thread running.
+# One statement: while ``fence`` is current and no paused turn holds the queue, take the
+# turn's waiting inputs (the turn itself the first time, and what it queued for itself
+# since), mark the thread running.
 _TAKE = (
     "WITH t AS (SELECT id FROM threads_thread WHERE id = %(thread)s AND fence = %(fence)s "
-    "FOR NO KEY UPDATE), "
+    "AND paused_turn_id IS NULL FOR NO KEY UPDATE), "
     "taken AS (UPDATE threads_turn SET status = 'running', started_at = %(now)s, "
     "fence = %(fence)s WHERE thread_id IN (SELECT id FROM t) AND status = 'queued' "
     "AND (id = %(turn)s OR host_id = %(turn)s) RETURNING id, position, kind, payload, "
@@ -245,31 +250,145 @@ def turn_retrying(
             publish(thread, "thread.status", {"status": to}, outbox=outbox)
 
 
+# Pausing for a person, and carrying on -----------------------------------------------------
+
+# One statement: the running turn rests in ``waiting_permission``/``waiting_input`` and its
+# running thread shows the same and records it as paused; only while ``fence`` is current.
+_PAUSE = (
+    "WITH t AS (UPDATE threads_thread SET status = %(to)s, paused_turn_id = %(turn)s, "
+    "updated_at = %(now)s WHERE id = %(thread)s AND fence = %(fence)s "
+    "AND status = ANY(%(active)s) AND EXISTS (SELECT 1 FROM threads_turn WHERE id = %(turn)s "
+    "AND status = ANY(%(active)s) AND fence = %(fence)s) RETURNING id) "
+    "UPDATE threads_turn SET status = %(to)s WHERE id = %(turn)s AND EXISTS (SELECT 1 FROM t)"
+)
+
+
+def turn_pause(
+    *, thread: Thread, fence: int, turn: Turn, status: str, outbox: Outbox | None = None
+) -> None:
+    """Rest the running ``turn`` in ``status`` (``waiting_permission`` or ``waiting_input``)
+    until a person answers: no flow runs it and its thread's other turns wait behind it.
+    With ``thread.status``; joins the caller's transaction. Raises StaleFence."""
+    assert status in _PAUSED
+    before = thread.status
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(
+            _PAUSE,
+            {"to": status, "turn": turn.pk, "active": _ACTIVE, "fence": fence,
+             "now": now_us(), "thread": thread.pk},
+        )  # fmt: skip
+        paused = cursor.rowcount == 1
+        if paused:
+            turn.status = thread.status = status
+            thread.paused_turn_id = turn.pk
+            _thread_status_event(thread, before, "action_required", outbox)
+    if not paused:
+        raise StaleFence.of(thread, fence)
+
+
+def turn_release(*, thread: Thread, turn: Turn) -> bool:
+    """A person answered what ``turn`` waited for: it waits in the queue to be resumed (it
+    stays the thread's paused turn, so it runs before the others), and its thread shows
+    ``queued`` unless a stop parks it. With ``queue.changed`` (``resumed``) and the thread's
+    status. Precondition: inside ``transaction.atomic`` with the thread row locked. False
+    when the turn no longer waits."""
+    before = thread.status
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE threads_turn SET status = 'queued' WHERE id = %s AND status = ANY(%s)",
+            [turn.pk, sorted(_PAUSED)],
+        )
+        if cursor.rowcount != 1:
+            return False
+        cursor.execute(
+            "UPDATE threads_thread SET status = CASE WHEN stop_requested THEN status "
+            "ELSE 'queued' END, updated_at = %s WHERE id = %s AND paused_turn_id = %s "
+            "RETURNING status",
+            [now_us(), thread.pk, turn.pk],
+        )
+        row = cursor.fetchone()
+    turn.status = S.QUEUED
+    if row is not None:
+        thread.status = row[0]
+        _thread_status_event(thread, before, "action_resolved", None)
+    publish(thread, "queue.changed", {"change": "resumed", "item": turn_json(turn)})
+    return True
+
+
+# One statement: the answered paused turn of a thread shown ``queued`` (not parked by a
+# stop) runs again under ``fence``; the thread no longer records it as paused.
+_RESUME = (
+    "WITH t AS (UPDATE threads_thread SET status = 'running', paused_turn_id = NULL, "
+    "updated_at = %(now)s WHERE id = %(thread)s AND fence = %(fence)s AND status = 'queued' "
+    "AND paused_turn_id = %(turn)s AND EXISTS (SELECT 1 FROM threads_turn WHERE id = %(turn)s "
+    "AND status = 'queued') RETURNING id) "
+    "UPDATE threads_turn SET status = 'running', fence = %(fence)s WHERE id = %(turn)s "
+    "AND EXISTS (SELECT 1 FROM t)"
+)
+
+
+def turn_resume(*, thread: Thread, fence: int, turn: Turn, outbox: Outbox | None = None) -> bool:
+    """Run the answered paused ``turn`` again under ``fence`` (``running``, with
+    ``queue.changed`` ``taken`` and the thread's status). False when it is not waiting to
+    be resumed. Precondition: the caller holds the thread's lock with ``fence``."""
+    before = thread.status
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(
+            _RESUME, {"fence": fence, "turn": turn.pk, "now": now_us(), "thread": thread.pk}
+        )
+        if cursor.rowcount != 1:
+            return False
+        turn.status, turn.fence = S.RUNNING, fence
+        thread.status, thread.paused_turn_id = S.RUNNING, None
+        _thread_status_event(thread, before, None, outbox)
+        publish(
+            thread, "queue.changed", {"change": "taken", "items": [turn_json(turn)]},
+            outbox=outbox,
+        )  # fmt: skip
+    return True
+
+
 # Ending -----------------------------------------------------------------------------------
 
-# One statement: the running turn and the inputs it drained end; inputs it queued for itself
-# but never drained become turns of their own (or, when it was cancelled, are cancelled
-# with it); the thread rests in ``rest``, or shows ``queued`` when turns wait and no stop
-# parks them. Only while ``fence`` is current. Built from constants; every value is a
-# parameter.
+# The pending actions of the turn being ended (a CTE of _END): cancelled, since their turn
+# ends first (a stop, cancel or terminate while it waited).
+ACTIONS_CANCEL = (
+    "UPDATE threads_action SET status = 'cancelled', resolved_at = %(now)s "
+    "WHERE turn_id = %(turn)s AND status = 'pending' "
+    "RETURNING id, kind, tool_call_id, tool_name"
+)
 _LEFT_OVER = (
     "EXISTS (SELECT 1 FROM threads_turn l WHERE l.host_id = %(turn)s AND l.status = 'queued')"
 )
+# One statement: the running (or paused) turn and the inputs it drained end; inputs it
+# queued for itself but never drained become turns of their own (or, when it was cancelled,
+# are cancelled with it); its pending actions are cancelled; the thread no longer records it
+# as paused and rests in ``rest``, or shows ``queued`` when turns wait and no stop parks
+# them. Only while ``fence`` is current. Built from constants; every value is a parameter.
 _END = (
-    "WITH t AS (UPDATE threads_thread SET "  # noqa: S608
+    # The row as it was (a statement's CTEs share one snapshot): was the turn paused?
+    "WITH was AS (SELECT paused_turn_id FROM threads_thread WHERE id = %(thread)s), "  # noqa: S608
+    "t AS (UPDATE threads_thread SET "
     f"status = CASE WHEN NOT stop_requested AND ({HAS_WAITING} OR (%(keep)s AND {_LEFT_OVER})) "
     "THEN 'queued' ELSE %(rest)s END, rest_status = %(rest)s, acting_side = '', "
+    "paused_turn_id = CASE WHEN paused_turn_id = %(turn)s THEN NULL ELSE paused_turn_id END, "
     f"updated_at = %(now)s WHERE id = %(thread)s AND fence = %(fence)s "
     f"RETURNING id, {STATE_COLUMNS}, %(keep)s AND {_LEFT_OVER}), "
     "ended AS (UPDATE threads_turn SET status = %(status)s, ended_at = %(now)s, "
     "outcome = %(outcome)s, error = %(error)s, usage = %(usage)s, cancel_requested = '' "
-    "WHERE thread_id IN (SELECT id FROM t) AND (id = %(turn)s OR host_id = %(turn)s) "
-    "AND status = ANY(%(active)s) RETURNING id), "
+    "WHERE thread_id IN (SELECT id FROM t) AND ((id = %(turn)s AND status = ANY(%(active)s)) "
+    # A paused turn (waiting, or answered and queued to resume) ends only cancelled.
+    "OR (id = %(turn)s AND %(status)s = 'cancelled' AND (status = ANY(%(paused)s) "
+    "OR (status = 'queued' AND %(turn)s IN (SELECT paused_turn_id FROM was)))) "
+    "OR (host_id = %(turn)s AND status = ANY(%(active)s))) RETURNING id), "
     "left_over AS (UPDATE threads_turn SET host_id = CASE WHEN %(keep)s THEN NULL "
     "ELSE host_id END, status = CASE WHEN %(keep)s THEN status ELSE 'cancelled' END, "
     "ended_at = CASE WHEN %(keep)s THEN NULL ELSE %(now)s END "
-    "WHERE thread_id IN (SELECT id FROM t) AND host_id = %(turn)s AND status = 'queued') "
-    "SELECT t.*, EXISTS (SELECT 1 FROM ended WHERE id = %(turn)s) FROM t"
+    "WHERE thread_id IN (SELECT id FROM t) AND host_id = %(turn)s AND status = 'queued'), "
+    # A person's decisions the turn still waited for are moot now.
+    f"moot AS ({ACTIONS_CANCEL}) "
+    "SELECT t.*, EXISTS (SELECT 1 FROM ended WHERE id = %(turn)s), "
+    "(SELECT array_agg(ARRAY[id::text, kind, tool_call_id, tool_name]) FROM moot) FROM t"
 )
 
 
@@ -301,13 +420,22 @@ def turn_finish(
             {"rest": rest, "now": now, "thread": thread.pk, "fence": fence, "status": status,
              "outcome": outcome, "error": error[:10_000],
              "usage": usage_field.get_db_prep_save(usage, connection), "turn": turn.pk,
-             "active": _ACTIVE, "keep": status != S.CANCELLED},
+             "active": _ACTIVE, "paused": sorted(_PAUSED), "keep": status != S.CANCELLED},
         )  # fmt: skip
         row = cursor.fetchone()
         if row is not None:
-            *state, left_over, ended = row[1:]
+            *state, left_over, ended, moot = row[1:]
             waiting = apply_state(thread, state) or bool(left_over)
+            for action_id, kind, call_id, name in moot or ():
+                publish(
+                    thread, "action.resolved",
+                    {"action_id": str(action_id), "turn_id": str(turn.pk), "kind": kind,
+                     "tool_call_id": call_id, "name": name, "status": "cancelled"},
+                    outbox=outbox,
+                )  # fmt: skip
             _thread_status_event(thread, before, outcome, outbox)
+        if row is not None and thread.paused_turn_id == turn.pk:
+            thread.paused_turn_id = None
         if row is not None and ended:  # a turn cancelled before it started has ended already
             turn.status, turn.ended_at, turn.outcome, turn.error = status, now, outcome, error
             turn.usage = dict(usage) if usage is not None else None
@@ -376,9 +504,12 @@ def turns_cancel_waiting(
     outcome: str = "cancelled",
 ) -> list[Turn]:  # fmt: skip
     """Cancel waiting turns (``turn_ids``, or all of the thread's), with one
-    ``queue.changed`` (``change``: ``cancelled`` or ``removed``); returns them. Precondition:
-    inside ``transaction.atomic`` with the thread row locked (a take cannot race it)."""
-    rows = Turn.objects.filter(thread_id=thread.pk, status=S.QUEUED)
+    ``queue.changed`` (``change``: ``cancelled`` or ``removed``); returns them. An answered
+    paused turn waiting to resume is not among them: it ends as a running turn does.
+    Precondition: inside ``transaction.atomic`` with the thread row locked (a take cannot
+    race it)."""
+    paused = Thread.objects.filter(pk=thread.pk, paused_turn_id=OuterRef("pk"))
+    rows = Turn.objects.filter(thread_id=thread.pk, status=S.QUEUED).exclude(Exists(paused))
     if turn_ids is not None:
         rows = rows.filter(pk__in=turn_ids)
     cancelled = list(rows.select_for_update())

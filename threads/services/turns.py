@@ -29,6 +29,8 @@ from threads.models import (
     Thread,
     Turn,
 )
+from threads.services.actions import pending_actions
+from threads.services.control import paused_turn
 from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
 from threads.services.messages import StoredMessage, stored_json
@@ -124,14 +126,23 @@ def turn_messages(*, turn: Turn) -> list[dict[str, Any]]:
     return stored_json(_TURN_MESSAGES_SQL, [turn.thread_id, turn.pk])
 
 
+def _check_waiting(turn: Turn, paused_turn_id: Any, change: str) -> None:
+    """Conflict unless ``turn`` waits in the queue as a turn of its own that never ran."""
+    if turn.status != RunStatus.QUEUED or turn.host_id is not None:
+        raise Conflict(f"turn {turn.pk} is {turn.status}; only a queued turn can be {change}")
+    if turn.pk == paused_turn_id:
+        raise Conflict(
+            f"turn {turn.pk} resumes after a person's decision; it can be cancelled, not {change}"
+        )
+
+
 def turn_remove(*, thread: Thread, turn: Turn) -> Turn:
     """remove_queued_turn: a waiting turn ends ``cancelled`` (``queue.changed`` removed).
     Conflict when it is not waiting."""
     with transaction.atomic():
-        fence_check(thread=thread, fence=None)
+        locked = fence_check(thread=thread, fence=None)
         turn.refresh_from_db()
-        if turn.status != RunStatus.QUEUED or turn.host_id is not None:
-            raise Conflict(f"turn {turn.pk} is {turn.status}; only a queued turn can be removed")
+        _check_waiting(turn, locked.paused_turn_id, "removed")
         turns_cancel_waiting(thread=thread, turn_ids=[turn.pk], change="removed", outcome="removed")
         thread_settle(thread=thread)
     turn.refresh_from_db()
@@ -142,10 +153,9 @@ def turn_promote_queued(*, thread: Thread, turn: Turn) -> Turn:
     """promote_queued_turn: a waiting turn moves to the front of the queue
     (``queue.changed`` promoted). Conflict when it is not waiting."""
     with transaction.atomic():
-        fence_check(thread=thread, fence=None)
+        locked = fence_check(thread=thread, fence=None)
         turn.refresh_from_db()
-        if turn.status != RunStatus.QUEUED or turn.host_id is not None:
-            raise Conflict(f"turn {turn.pk} is {turn.status}; only a queued turn can be promoted")
+        _check_waiting(turn, locked.paused_turn_id, "promoted")
         turn_promote(thread=thread, turn=turn)
     return turn
 
@@ -234,7 +244,8 @@ def thread_read_model(*, thread: Thread) -> dict[str, Any]:
     """get_thread_read: status, the active turn, the queued turns in order, the last
     outcome, pending requests and recent incidents."""
     turns = Turn.objects.filter(thread_id=thread.pk, host__isnull=True)
-    active = turns.filter(status__in=TURN_ACTIVE).first()
+    # The running turn, else the one resting on a person's decision.
+    active = turns.filter(status__in=TURN_ACTIVE).first() or paused_turn(thread=thread)
     queued = list(turns.filter(status=RunStatus.QUEUED).order_by("position"))
     last = turns.filter(ended_at__isnull=False).order_by("-ended_at").first()
     incidents = Log.objects.filter(thread_id=thread.pk, kind="incident").order_by("-created_at")
@@ -245,7 +256,11 @@ def thread_read_model(*, thread: Thread) -> dict[str, Any]:
         "active_turn": turn_json(active) if active is not None else None,
         "queued_turns": [turn_json(turn) for turn in queued],
         "last_outcome": _outcome(last),
-        # What waits for a person: variable-bootstrap requests of deferred subagents.
-        "pending_requests": pending_variable_requests(thread=thread),
+        # What waits for a person: the actions a turn rests on (approvals, input requests)
+        # and the variable-bootstrap requests of deferred subagents, oldest first.
+        "pending_requests": [
+            *pending_actions(thread=thread),
+            *pending_variable_requests(thread=thread),
+        ],
         "incidents": [{"at": row.created_at, **row.data} for row in incidents[:INCIDENTS_SHOWN]],
     }

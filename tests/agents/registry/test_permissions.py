@@ -91,11 +91,12 @@ def test_a_registry_tool_declares_its_default_rule(reg: Registry) -> None:
 @pytest.mark.parametrize(
     ("approval", "message"),
     [
-        ("ask", "does not run yet; use allow or deny"),
         ({"decision": "deny", "when": {"gt": [1, 2]}}, "at when.gt: unknown operator 'gt'"),
+        ({"decision": "deny", "expires_in": 60}, "at expires_in: expires_in applies to ask"),
+        ({"decision": "ask", "on_expiry": "maybe"}, "on_expiry must be one of deny, allow"),
     ],
 )
-def test_a_registry_tool_with_a_rule_the_runtime_cannot_drive_fails_at_start_up(
+def test_a_registry_tool_with_a_bad_rule_fails_at_start_up(
     reg: Registry, approval: Any, message: str
 ) -> None:
     def refund(state: Any) -> str:
@@ -113,8 +114,7 @@ def test_a_registry_tool_with_a_rule_the_runtime_cannot_drive_fails_at_start_up(
 @pytest.mark.parametrize(
     ("approval", "field", "message"),
     [
-        ("ask", "tools[0].approval", "does not run yet"),
-        ({"decision": "ask"}, "tools[0].approval.decision", "does not run yet"),
+        ({"decision": "ask", "expires_in": 0}, "tools[0].approval.expires_in", "from 1 to"),
         ({"decision": "deny", "when": {">": [1]}}, "tools[0].approval.when.>", "two operands"),
         ("never", "tools[0].approval", "not a decision"),
     ],

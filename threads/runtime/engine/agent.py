@@ -115,6 +115,7 @@ def tool_runner(
     tools: Mapping[str, ResolvedTool] | None = None,
     hooks: Hooks | None = None,
     side: SideConfig | None = None,
+    pausable: bool = False,
 ) -> ToolRunner:
     bindings: dict[str, SessionBinding] = {}
     if side is not None:
@@ -132,4 +133,5 @@ def tool_runner(
         parent=parent,
         session_bindings=bindings,
         status_tool=binding_name(side.session_status) if side is not None else None,
+        pausable=pausable,
     )

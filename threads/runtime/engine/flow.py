@@ -18,7 +18,7 @@ from agents.registry import ToolResult
 from common.ids import new_id
 from common.time import now_us
 from threads.events import Outbox
-from threads.models import Message, Thread, Turn
+from threads.models import Action, ActionKind, ActionStatus, Message, RunStatus, Thread, Turn
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
 from threads.runtime.engine.agent import (
     agent_load,
@@ -38,7 +38,7 @@ from threads.runtime.engine.delegation import (
 )
 from threads.runtime.engine.drain import inputs_drain
 from threads.runtime.engine.model_call import error_code
-from threads.runtime.engine.step import step_run
+from threads.runtime.engine.step import step_resume, step_run
 from threads.runtime.engine.subagents import DriveChild, immediate_run, subagent_call
 from threads.runtime.engine.writes import event_publish, message_create, tool_log
 from threads.runtime.hooks import HookBlocked, Hooks
@@ -52,10 +52,12 @@ from threads.runtime.stops import (
     turn_outcome,
 )
 from threads.runtime.subagent_tools import direct_call_guidance
-from threads.runtime.tools import FlowAborted
+from threads.runtime.tools import ActionNeeded, FlowAborted, failure_text
 from threads.services import logs
+from threads.services.actions import action_open
 from threads.services.control import child_close, interruption_close
-from threads.services.status import turn_finish
+from threads.services.recovery import close_unanswered_calls
+from threads.services.status import turn_finish, turn_pause
 from threads.services.subagents import StopSession, link_status_set, session_end
 from threads.state import ExecutionState, ThreadState
 
@@ -75,6 +77,7 @@ class Flow:
         turn: Turn,
         resume_side: Side | None = None,
         drive: DriveChild | None = None,
+        resumption: Action | None = None,
     ) -> None:
         self.thread = thread
         self.turn = turn
@@ -105,6 +108,10 @@ class Flow:
         # Whether inputs of this turn may wait in the inbox: the turn itself before the
         # first drain, then only what this flow queues for itself (:meth:`input_joined`).
         self.inputs_waiting = True
+        # The answered action this flow resumes its paused turn from (None: a new turn).
+        self.resumption = resumption
+        if resumption is not None:
+            _counters_restore(self, resumption.resume)
 
     @property
     def aborted(self) -> bool:
@@ -114,7 +121,11 @@ class Flow:
         """Run the turn until a stop condition and end it; returns the reason. StaleFence
         propagates (the thread belongs to another worker now: nothing more may be written)."""
         started = now_us()
-        resumed = {"resumed": True} if self.resume_side is not None else {}
+        resumed: dict[str, Any] = {}
+        if self.resume_side is not None or self.resumption is not None:
+            resumed["resumed"] = True
+        if self.resumption is not None:
+            resumed["action_id"] = str(self.resumption.pk)
         self.publish(
             "turn.started",
             {"fence": self.fence, "turn_id": str(self.turn.pk), **resumed},
@@ -122,6 +133,8 @@ class Flow:
         error, code = "", None
         try:
             reason = _loop(self)
+        except ActionNeeded as needed:
+            return self._pause(needed, started)
         except FlowAborted:
             self.execution.stopped = True
             reason = _abort_finish(self)
@@ -160,6 +173,47 @@ class Flow:
         if close_child:
             child_close(child=self.thread)
         return reason
+
+    def _pause(self, needed: ActionNeeded, started: int) -> StopReason:
+        """Rest the turn on a person's decision: the action, the turn's and the thread's
+        status and the flow's log commit as one; no worker holds the turn until it is
+        answered and resumed (:func:`threads.runtime.engine.step.step_resume`)."""
+        execution, rule = self.execution, needed.rule
+        resume = {
+            "side": execution.current_side, "step": execution.step_count,
+            "side_a_steps": execution.side_a_step_count,
+            "side_b_steps": execution.side_b_step_count, "turns": dict(self.turns),
+            "tool_queue": [[name, args] for name, args in execution.tool_queue],
+            "flow_start_seq": self.flow_start_seq,
+        }  # fmt: skip
+        status = (
+            RunStatus.WAITING_PERMISSION
+            if needed.kind == ActionKind.APPROVAL
+            else RunStatus.WAITING_INPUT
+        )
+        with self.outbox.batch():
+            action = action_open(
+                thread=self.thread, turn=self.turn, kind=needed.kind, issuer=needed.issuer,
+                tool_call_id=needed.call.id, tool_name=needed.call.name,
+                arguments=needed.call.arguments, schema=needed.schema,
+                rule=rule.as_json() if rule is not None else None, prompt=needed.prompt,
+                expires_in=rule.expires_in if rule is not None else None,
+                on_expiry=rule.on_expiry if rule is not None else "deny", resume=resume,
+                outbox=self.outbox,
+            )  # fmt: skip
+            turn_pause(
+                thread=self.thread, fence=self.fence, turn=self.turn, status=status,
+                outbox=self.outbox,
+            )  # fmt: skip
+            logs.log_create(
+                thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
+                data={"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
+                      "reason": str(StopReason.ACTION_REQUIRED), "action_id": str(action.pk),
+                      "started_at": started, "ended_at": now_us(),
+                      "steps": execution.step_count, "agent": self.agent.name},
+            )  # fmt: skip
+        self.pending_after = False
+        return StopReason.ACTION_REQUIRED
 
     # What tools, hooks and ThreadState call ----------------------------------------------------
 
@@ -221,6 +275,11 @@ class Flow:
 def _loop(flow: Flow) -> StopReason:
     execution = flow.execution
     acting: Side | None = flow.resume_side
+    if flow.resumption is not None:
+        resumed = _resumed_step(flow, flow.resumption)
+        if isinstance(resumed, StopReason):
+            return resumed
+        acting = resumed
     while True:
         if flow.aborted:
             raise FlowAborted
@@ -243,25 +302,64 @@ def _loop(flow: Flow) -> StopReason:
             return StopReason.MAX_SIDE_STEPS
         if execution.step_count >= global_cap(flow.agent):
             return StopReason.MAX_TOTAL_STEPS
-        step = step_run(flow, acting, side)
-        reason = _stop_reason(flow, side, step)
-        if reason is not None:
-            return reason
-        if flow.handoff is not None:
-            handoff_apply(flow)
-            immediate_run(flow)  # the new agent's immediate relationships (DIGEST §5.4)
-            acting = "a"
-            continue
-        ended = turn_end(side, step.content, step.calls)
-        if ended is not None:
-            flow.turns[acting] += 1
-            flow.publish("side.completed", {"side": acting, "turns": dict(flow.turns)})
-            if execution.forced_side is not None:
-                continue  # force_turn decides who acts next (the loop's top applies it)
-            other: Side = "b" if acting == "a" else "a"
-            if side_is_human(flow, other):
-                return ended
-            acting = other
+        after = _after_step(flow, acting, side, step_run(flow, acting, side))
+        if isinstance(after, StopReason):
+            return after
+        acting = after
+
+
+def _resumed_step(flow: Flow, action: Action) -> StopReason | Side:
+    """Finish the step ``action`` paused: the turn ends ``timed_out`` when nobody answered
+    and the rule denies on expiry (the step's open calls say so); otherwise the step
+    carries on (:func:`step_resume`). Returns the stop reason, or the side acting next."""
+    if action.status == ActionStatus.EXPIRED and action.on_expiry != "allow":
+        close_unanswered_calls(
+            thread=flow.thread, fence=flow.fence, outbox=flow.outbox,
+            reason=failure_text(
+                f"nobody answered the approval of {action.tool_name!r} in time; the request "
+                "expired and the call did not run"
+            ),
+        )  # fmt: skip
+        return StopReason.ACTION_EXPIRED
+    acting: Side = "b" if action.resume.get("side") == "b" else "a"
+    side = side_config(flow, acting)
+    return _after_step(flow, acting, side, step_resume(flow, acting, side, action))
+
+
+def _after_step(flow: Flow, acting: Side, side: SideConfig, step: StepOutcome) -> StopReason | Side:
+    """What a finished step leads to: a stop reason, or the side that acts next."""
+    reason = _stop_reason(flow, side, step)
+    if reason is not None:
+        return reason
+    if flow.handoff is not None:
+        handoff_apply(flow)
+        immediate_run(flow)  # the new agent's immediate relationships (DIGEST §5.4)
+        return "a"
+    ended = turn_end(side, step.content, step.calls)
+    if ended is None:
+        return acting
+    flow.turns[acting] += 1
+    flow.publish("side.completed", {"side": acting, "turns": dict(flow.turns)})
+    if flow.execution.forced_side is not None:
+        return acting  # force_turn decides who acts next (the loop's top applies it)
+    other: Side = "b" if acting == "a" else "a"
+    if side_is_human(flow, other):
+        return ended
+    return other
+
+
+def _counters_restore(flow: Flow, saved: Mapping[str, Any]) -> None:
+    """The step counters, queued tools and first message of the flow that paused, for the
+    one resuming: to the model, the two are one flow (``include_past_tools`` keeps the
+    paused step's calls)."""
+    execution = flow.execution
+    start = saved.get("flow_start_seq")
+    flow.flow_start_seq = int(start) if start is not None else None
+    execution.step_count = int(saved.get("step", 0))
+    execution.side_a_step_count = int(saved.get("side_a_steps", 0))
+    execution.side_b_step_count = int(saved.get("side_b_steps", 0))
+    flow.turns.update({key: int(value) for key, value in (saved.get("turns") or {}).items()})
+    execution.tool_queue = [(str(name), dict(args)) for name, args in saved.get("tool_queue", [])]
 
 
 def _stop_reason(flow: Flow, side: SideConfig, step: StepOutcome) -> StopReason | None:

@@ -1,5 +1,6 @@
 """One step of the acting side: assemble its context, call the model, run the answer's
-tool calls one by one, then the tools queued during the step (runtime §3)."""
+tool calls one by one, then the tools queued during the step (runtime §3); or, after a
+person's decision, the rest of a paused step."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ from typing import TYPE_CHECKING
 
 from agents.documents import SideConfig
 from agents.providers.base import ToolCall
+from agents.registry import ToolResult
 from common.ids import new_id
+from threads.models import Action, ActionStatus, Message, MessageRole
+from threads.runtime.context import stored_tool_calls
 from threads.runtime.engine.agent import prompt_hooks, prompt_load, prompt_tools, tool_runner
 from threads.runtime.engine.base import Side, StepOutcome
 from threads.runtime.engine.model_call import context_build, model_call
 from threads.runtime.engine.writes import event_publish, message_create, stored_role
-from threads.runtime.tools import ToolOutcome, ToolRunner, stored_calls
+from threads.runtime.tools import ToolOutcome, ToolRunner, stored_calls, stored_outcome
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow
@@ -35,11 +39,70 @@ def step_run(flow: Flow, acting: Side, side: SideConfig) -> StepOutcome:
         issuer, response = model_call(
             flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side
         )
-        runner = tool_runner(flow, prompt, acting, parent=None, tools=tools, hooks=hooks, side=side)
+        runner = tool_runner(
+            flow, prompt, acting, parent=None, tools=tools, hooks=hooks, side=side, pausable=True
+        )
         outcomes = runner.run(response.tool_calls, issuer=issuer) if response.tool_calls else []
         outcomes += _tool_queue_run(flow, runner)
         event_publish(flow, "step.completed", {"step": execution.step_count, "side": acting})
     return StepOutcome(content=response.content, calls=response.tool_calls, outcomes=outcomes)
+
+
+def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> StepOutcome:
+    """Carry on the step a person's decision paused: the calls of its answer that ran keep
+    their results, the waiting call runs as ``action`` decided, the calls after it run (and
+    may pause the turn again), then the tools queued during the step."""
+    execution = flow.execution
+    execution.current_side = acting
+    prompt = prompt_load(flow, side.prompt)
+    hooks = prompt_hooks(flow, prompt)
+    # The issuer is gone only when someone deleted its messages: nothing is left to run.
+    issuer = (
+        Message.objects.filter(thread_id=flow.thread.pk, id=action.issuer_id).first()
+        if action.issuer_id is not None
+        else None
+    )
+    if issuer is None:
+        return StepOutcome(content="", calls=(), outcomes=[])
+    calls = tuple(stored_tool_calls(issuer.tool_calls))
+    answered = {
+        row.tool_call_id: row
+        for row in Message.objects.filter(
+            thread_id=flow.thread.pk, role=MessageRole.TOOL, parent__isnull=True,
+            tool_call_id__in=[call.id for call in calls],
+        )
+    }  # fmt: skip
+    with flow.outbox.step(execution.step_count):
+        runner = tool_runner(flow, prompt, acting, parent=None, hooks=hooks, side=side,
+                             pausable=True)  # fmt: skip
+        outcomes = [
+            stored_outcome(call, answered[call.id]) for call in calls if call.id in answered
+        ]
+        waiting = [call for call in calls if call.id not in answered]
+        if waiting and waiting[0].id == action.tool_call_id:
+            outcomes.append(_decided(runner, waiting.pop(0), action, issuer))
+        outcomes += runner.run(waiting, issuer=issuer)
+        outcomes += _tool_queue_run(flow, runner)
+        event_publish(flow, "step.completed", {"step": execution.step_count, "side": acting})
+    return StepOutcome(content=issuer.content or "", calls=calls, outcomes=outcomes)
+
+
+def _decided(runner: ToolRunner, call: ToolCall, action: Action, issuer: Message) -> ToolOutcome:
+    """The waiting call, run as the person decided: approved (or allowed on expiry) as the
+    model wrote it, edited with the person's arguments, or denied with their reason."""
+    response = action.response or {}
+    if action.status == ActionStatus.EDITED:
+        call = ToolCall(id=call.id, name=call.name, arguments=dict(response["arguments"]))
+        return runner.run_one(call, issuer=issuer, granted=True)
+    if action.status == ActionStatus.APPROVED or (
+        action.status == ActionStatus.EXPIRED and action.on_expiry == "allow"
+    ):
+        return runner.run_one(call, issuer=issuer, granted=True)
+    reason = response.get("reason")
+    denial = "Permission denied by a person" + (f": {reason}" if reason else "")
+    return runner.run_one(
+        call, issuer=issuer, decided=ToolResult.failure(denial, code="permission_denied")
+    )
 
 
 def _tool_queue_run(flow: Flow, runner: ToolRunner) -> list[ToolOutcome]:

@@ -1,0 +1,376 @@
+"""Human actions, in process (agent-runtime-events: "Human actions pause execution and resume
+only through respond_action"): an ``ask`` rule pauses the turn on an action, and the answer
+(approve, deny, edit), its expiry, or a stop decides how the paused step carries on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents.registry import tool
+from common.errors import ValidationFailed
+from tests.threads.runtime.conftest import Engine, prompt, rows
+from threads.models import Action, Event, RunStatus, Thread, Turn
+from threads.services.actions import ActionResolved, action_respond, actions_expire
+from threads.services.control import thread_stop, turn_cancel
+from threads.services.inbox import message_queue
+
+ABOVE_100 = {">": [{"var": "amount"}, 100]}
+ASK_ABOVE_100 = {"decision": "ask", "when": ABOVE_100}
+
+
+@pytest.fixture
+def refunds(engine: Engine) -> list[float]:
+    """A ``refund`` tool that records every amount it refunds."""
+    refunded: list[float] = []
+
+    @tool(
+        description="Refund an amount.",
+        args={"type": "object", "properties": {"amount": {"type": "number"}},
+              "required": ["amount"]},
+    )  # fmt: skip
+    def refund(state: Any, args: dict[str, Any]) -> str:
+        refunded.append(args["amount"])
+        return f"refunded {args['amount']}"
+
+    return refunded
+
+
+def _helper(engine: Engine, approval: Any = "ask") -> Thread:
+    engine.define(
+        # Past flows' tool calls are left out: the paused step's must not be.
+        prompts=[
+            prompt(
+                "helper",
+                include_past_tools=False,
+                tools=[{"name": "refund", "approval": approval}, "echo"],
+            )
+        ],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    return engine.thread("helper")
+
+
+def _paused(engine: Engine, amount: float = 500, approval: Any = "ask") -> tuple[Thread, Action]:
+    """A thread whose turn waits for the approval of a refund of ``amount``."""
+    thread = _helper(engine, approval)
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": amount}, "id": "r"}])
+    engine.script.text("Done.")
+    engine.send(thread, f"refund {amount}")
+    engine.drive(thread)
+    return thread, Action.objects.get(thread=thread)
+
+
+def _types(thread: Thread) -> list[str]:
+    return list(
+        Event.objects.filter(thread=thread).order_by("sequence").values_list("type", flat=True)
+    )
+
+
+def _turn(thread: Thread) -> Turn:
+    return Turn.objects.filter(thread=thread).order_by("position").first()  # type: ignore[return-value]
+
+
+def test_an_ask_pauses_the_turn_on_an_action_and_nothing_runs_until_it_is_answered(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+
+    again = engine.drive(thread)  # a wake-up while nobody answered changes nothing
+
+    assert refunds == []
+    assert (thread.status, _turn(thread).status) == ("waiting_permission",) * 2
+    assert thread.paused_turn_id == _turn(thread).pk
+    assert (action.status, action.tool_name, action.arguments) == (
+        "pending",
+        "refund",
+        {"amount": 500},
+    )
+    assert action.decisions == ["approve", "deny", "edit"]
+    assert (action.schema or {})["required"] == ["amount"]
+    assert action.turn_id == _turn(thread).pk
+    assert action.tool_call_id == "r"
+    types = _types(thread)
+    ask = types.index("permission.evaluated")
+    assert types[ask : ask + 3] == [
+        "permission.evaluated",
+        "permission.requested",
+        "action.required",
+    ]
+    assert "tool.started" not in types
+    assert (
+        Event.objects.get(thread=thread, type="permission.evaluated").payload["decision"] == "ask"
+    )
+    assert len(engine.script.requests) == 1  # the model was not called again
+    assert again.reasons == []
+
+
+def test_approve_runs_the_call_once_and_the_turn_carries_on(
+    engine: Engine, refunds: list[float], wakes: list[str]
+) -> None:
+    thread, action = _paused(engine)
+
+    answered = action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"},
+                              responder="ops@example.com")  # fmt: skip
+    turn = _turn(thread)
+    turn.refresh_from_db()
+    thread.refresh_from_db()
+    queued = (turn.status, thread.status)
+    engine.drive(thread)
+
+    assert queued == ("queued", "queued")
+    assert answered.status == "approved"
+    assert answered.responder == "ops@example.com"
+    assert refunds == [500]
+    assert [row[0] for row in rows(thread)] == ["user", "assistant", "tool", "assistant"]
+    assert rows(thread)[2][2] == "refunded 500"
+    assert engine.script.requests[1].messages[-1].text == "refunded 500"
+    turn.refresh_from_db()
+    assert (turn.status, thread.status, thread.paused_turn_id) == (
+        "completed",
+        "waiting_input",
+        None,
+    )
+    resolved = Event.objects.get(thread=thread, type="permission.resolved").payload
+    assert (resolved["decision"], resolved["by"]) == ("allow", "person")
+    started = Event.objects.filter(thread=thread, type="turn.started").order_by("sequence")
+    assert started.last().payload["action_id"] == str(action.pk)  # type: ignore[union-attr]
+
+
+def test_deny_gives_the_model_the_persons_reason_and_the_tool_never_runs(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+
+    action_respond(thread=thread, action_id=action.pk,
+                   body={"decision": "deny", "reason": "over the limit"})  # fmt: skip
+    engine.drive(thread)
+
+    assert refunds == []
+    denial = "Failed to execute tool: Permission denied by a person: over the limit"
+    assert rows(thread)[2] == ("tool", "a", denial, "error")
+    assert engine.script.requests[1].messages[-1].text == denial
+    assert _turn(thread).status == "completed"
+
+
+def test_edit_runs_the_call_with_the_persons_arguments_checked_against_the_tool(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+
+    with pytest.raises(ValidationFailed) as bad:
+        action_respond(thread=thread, action_id=action.pk,
+                       body={"decision": "edit", "arguments": {"amount": "lots"}})  # fmt: skip
+    action_respond(thread=thread, action_id=action.pk,
+                   body={"decision": "edit", "arguments": {"amount": 90}})  # fmt: skip
+    engine.drive(thread)
+
+    assert bad.value.field == "arguments"
+    assert "amount" in bad.value.message
+    assert refunds == [90]
+    assert rows(thread)[2][2] == "refunded 90"
+
+
+def test_answering_twice_is_refused(engine: Engine, refunds: list[float]) -> None:
+    thread, action = _paused(engine)
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+
+    with pytest.raises(ActionResolved) as twice:
+        action_respond(thread=thread, action_id=action.pk, body={"decision": "deny"})
+
+    assert "is approved" in twice.value.message
+    action.refresh_from_db()
+    assert action.status == "approved"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"decision": "maybe"}, "decision"),
+        ({"decision": "answer", "data": {}}, "decision"),
+        ({"decision": "edit"}, "arguments"),
+        ({"decision": "approve", "arguments": {"amount": 1}}, "arguments"),
+        ({"decision": "deny", "reason": 5}, "reason"),
+        ({"decision": "approve", "note": "x"}, "note"),
+    ],
+)
+def test_a_bad_answer_names_its_field_and_leaves_the_action_pending(
+    engine: Engine, refunds: list[float], body: dict[str, Any], field: str
+) -> None:
+    thread, action = _paused(engine)
+
+    with pytest.raises(ValidationFailed) as bad:
+        action_respond(thread=thread, action_id=action.pk, body=body)
+
+    assert bad.value.field == field
+    action.refresh_from_db()
+    assert action.status == "pending"
+
+
+def test_an_expired_action_denies_and_the_turn_records_timed_out(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+    Action.objects.filter(pk=action.pk).update(expires_at=0)
+
+    assert actions_expire() == 1
+    engine.drive(thread)
+
+    assert refunds == []
+    action.refresh_from_db()
+    assert action.status == "expired"
+    assert (_turn(thread).status, thread.status) == ("timed_out", "timed_out")
+    assert _turn(thread).outcome == "action_expired"
+    closed = rows(thread)[2]
+    assert closed[0] == "tool"
+    assert "expired" in (closed[2] or "")
+    assert len(engine.script.requests) == 1  # nobody is there: the model is not called again
+    resolved = Event.objects.get(thread=thread, type="permission.resolved").payload
+    assert (resolved["decision"], resolved["by"]) == ("deny", "expiry")
+    with pytest.raises(ActionResolved):
+        action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+
+
+def test_a_rule_may_allow_on_expiry(engine: Engine, refunds: list[float]) -> None:
+    thread, action = _paused(engine, approval={"decision": "ask", "on_expiry": "allow",
+                                               "expires_in": 60})  # fmt: skip
+    assert action.expires_at - action.created_at == pytest.approx(60_000_000, abs=1_000_000)
+    Action.objects.filter(pk=action.pk).update(expires_at=0)
+
+    with pytest.raises(ActionResolved):  # too late for a person: the expiry decides
+        action_respond(thread=thread, action_id=action.pk, body={"decision": "deny"})
+    engine.drive(thread)
+
+    assert refunds == [500]
+    assert _turn(thread).status == "completed"
+
+
+def test_a_stop_while_waiting_cancels_the_action_and_the_turn(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+
+    thread_stop(thread=thread)
+
+    action.refresh_from_db()
+    thread.refresh_from_db()
+    assert action.status == "cancelled"
+    assert (_turn(thread).status, thread.status, thread.paused_turn_id) == (
+        "cancelled", "cancelled", None,
+    )  # fmt: skip
+    assert rows(thread)[2][2] == "Execution stopped by user"
+    resolved = Event.objects.get(thread=thread, type="action.resolved").payload
+    assert resolved["status"] == "cancelled"
+    with pytest.raises(ActionResolved):
+        action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    assert refunds == []
+
+
+def test_cancelling_the_waiting_turn_cancels_its_action(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+
+    cancelled = turn_cancel(thread=thread, turn=_turn(thread))
+
+    action.refresh_from_db()
+    assert (cancelled.status, action.status) == ("cancelled", "cancelled")
+
+
+def test_later_turns_wait_behind_the_paused_one_and_run_after_it(
+    engine: Engine, refunds: list[float], wakes: list[str]
+) -> None:
+    thread, action = _paused(engine)
+    message_queue(thread=thread, role="user", content="and then?")
+    thread.refresh_from_db()
+    status_while_waiting = thread.status
+
+    engine.drive(thread)  # the queued turn may not overtake the paused one
+    blocked = [m.content for m in thread.message_set.filter(role="user")]
+    engine.script.text("Then nothing.")
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    engine.drive(thread)
+
+    assert status_while_waiting == "waiting_permission"
+    assert blocked == ["refund 500"]
+    assert [row[2] for row in rows(thread)] == [
+        "refund 500",
+        None,
+        "refunded 500",
+        "Done.",
+        "and then?",
+        "Then nothing.",
+    ]
+    assert list(Turn.objects.filter(thread=thread).values_list("status", flat=True)) == [
+        "completed",
+        "completed",
+    ]
+
+
+def test_an_interrupting_turn_cancels_the_paused_one(engine: Engine, refunds: list[float]) -> None:
+    thread, action = _paused(engine)
+    engine.script.text("Fine.")
+
+    message_queue(thread=thread, role="user", content="forget it", strategy="interrupt")
+    engine.drive(thread)
+
+    action.refresh_from_db()
+    first, second = Turn.objects.filter(thread=thread).order_by("created_at")
+    assert (first.status, first.outcome, action.status) == ("cancelled", "interrupted", "cancelled")
+    assert second.status == "completed"
+    assert refunds == []
+
+
+def test_calls_before_the_paused_one_never_run_twice_and_those_after_it_run_once(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread = _helper(engine, ASK_ABOVE_100)
+    engine.script.tool_calls([
+        {"name": "refund", "arguments": {"amount": 50}, "id": "small"},
+        {"name": "refund", "arguments": {"amount": 500}, "id": "large"},
+        {"name": "echo", "arguments": {"text": "after"}, "id": "after"},
+    ]).text("All three.")  # fmt: skip
+    engine.send(thread, "refund both")
+    engine.drive(thread)
+    ran_before = list(refunds)
+    action = Action.objects.get(thread=thread)
+
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    engine.drive(thread)
+
+    assert ran_before == [50]
+    assert refunds == [50, 500]
+    assert engine.tool_calls == [("echo", "after")]
+    assert [(row[0], row[3]) for row in rows(thread)[1:]] == [
+        ("assistant", ""), ("tool", "success"), ("tool", "success"), ("tool", "success"),
+        ("assistant", ""),
+    ]  # fmt: skip
+    assert _turn(thread).status == "completed"
+
+
+def test_an_ask_inside_a_subprompt_is_refused_as_nobody_can_be_waited_for_there(
+    engine: Engine, refunds: list[float]
+) -> None:
+    engine.define(
+        prompts=[
+            prompt("helper", tools=[{"name": "summarize", "init_user_message_property": "text"}]),
+            prompt("summarize", include_chat=False, tools=[{"name": "refund", "approval": "ask"}],
+                   required_schema={"type": "object", "properties": {"text": {"type": "string"}}}),
+        ],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )  # fmt: skip
+    thread = engine.thread("helper")
+    engine.script.tool_calls([{"name": "summarize", "arguments": {"text": "y"}}])
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 1}}], "Refunding.")
+    engine.script.text("Done.")
+    engine.send(thread, "go")
+
+    engine.drive(thread)
+
+    assert refunds == []
+    assert not Action.objects.exists()
+    nested = thread.message_set.filter(depth=1, role="tool").get()
+    assert nested.metadata["error_code"] == "approval_unavailable"
+    assert "cannot wait for one" in (nested.content or "")
+    assert thread.status == RunStatus.WAITING_INPUT

@@ -1,0 +1,99 @@
+"""A thread's actions (the decisions its turns wait for): ``GET /api/v1/threads/{id}/actions``,
+``GET …/actions/{action_id}`` and ``POST …/actions/{action_id}`` (respond_action)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from common.pagination import MAX_OFFSET
+from common.schema import error_responses
+from threads.api.base import ThreadScopedView
+from threads.models import ActionStatus
+from threads.services.actions import action_get, action_json, action_respond, actions_of
+
+
+class ActionListQuery(serializers.Serializer[Any]):
+    status = serializers.ChoiceField(choices=ActionStatus.choices, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+
+
+class ActionAnswer(serializers.Serializer[Any]):
+    """Documents the body; :func:`action_respond` checks it (naming the field of a problem)."""
+
+    decision = serializers.ChoiceField(
+        choices=["approve", "deny", "edit", "answer"],
+        help_text="approve, deny or edit an approval; answer or deny an input request",
+    )
+    reason = serializers.CharField(required=False, help_text="deny: what the model reads")
+    arguments = serializers.DictField(
+        required=False, help_text="edit: the call's new arguments (checked against the tool)"
+    )
+    # Collected into the declared fields by the metaclass: Serializer.data stays as it is.
+    data = serializers.DictField(  # type: ignore[assignment]
+        required=False, help_text="answer: the input (checked against the requested schema)"
+    )
+
+
+def _responder(view: ThreadScopedView) -> str:
+    principal = view.principal
+    if principal.api_key is not None:
+        return f"api_key:{principal.api_key.prefix}"
+    return f"user:{principal.user.get_username()}" if principal.user is not None else ""
+
+
+class ActionsView(ThreadScopedView):
+    @extend_schema(
+        parameters=[ActionListQuery], responses=OpenApiTypes.OBJECT,
+        operation_id="thread_actions_list",
+    )  # fmt: skip
+    def get(self, request: Request, thread_id: str) -> Response:
+        """The thread's actions, newest first; ``?status=pending`` lists what waits for a
+        person."""
+        query = ActionListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        options = query.validated_data
+        rows = actions_of(thread=self.thread(), status=options.get("status"))
+        total = rows.count()
+        offset, limit = options["offset"], options["limit"]
+        return Response(
+            {"count": total, "next": None if offset + limit >= total else offset + limit,
+             "results": [action_json(row) for row in rows[offset : offset + limit]]}
+        )  # fmt: skip
+
+
+class ActionView(ThreadScopedView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="thread_actions_retrieve")
+    def get(self, request: Request, thread_id: str, action_id: str) -> Response:
+        """The action: what waits (a tool call's approval, or input a tool asked for), the
+        decisions it takes, when it expires, and once resolved how and by whom."""
+        return Response(action_json(action_get(thread=self.thread(), action_id=action_id)))
+
+    @extend_schema(
+        request=ActionAnswer, responses={200: OpenApiTypes.OBJECT, **error_responses(409)},
+        operation_id="thread_actions_respond",
+    )  # fmt: skip
+    def post(self, request: Request, thread_id: str, action_id: str) -> Response:
+        """respond_action: ``approve`` (the call runs), ``deny`` (with a ``reason`` the model
+        reads as the call's result) or ``edit`` (the call runs with ``arguments``, checked
+        against the tool's parameters) an approval; ``answer`` (``data``, checked against
+        the requested schema) or ``deny`` an input request. The turn then resumes on any
+        worker. 409 when the action was answered, expired or cancelled already."""
+        answered = action_respond(
+            thread=self.thread(), action_id=action_id, body=request.data,
+            responder=_responder(self),
+        )  # fmt: skip
+        return Response(action_json(answered))
+
+
+urlpatterns = [
+    path("actions", ActionsView.as_view(), name="thread-actions"),
+    path("actions/<uuid:action_id>", ActionView.as_view(), name="thread-action"),
+]
