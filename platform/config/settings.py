@@ -293,6 +293,8 @@ SPECTACULAR_SETTINGS = {
         "QueueableRoleEnum": "threads.services.inbox.QUEUEABLE_ROLES",
         "AgentTypeEnum": "agents.models.AgentType.values",  # the documents use its values
         "EnvTypeEnum": ["text", "secret"],  # threads.services.env.EnvTypeName
+        "PermissionDecisionEnum": "agents.permissions.DECISIONS",
+        "ActionDecisionEnum": "threads.services.actions.ANSWERS",
     },
 }
 

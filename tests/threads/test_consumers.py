@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from common.time import now
@@ -33,7 +33,10 @@ from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 
 from threads.consumers import TERMINATED_DRAIN_S
 from threads.events import publish
 from threads.models import Event, Thread
+from threads.services.actions import action_open, action_respond
 from threads.services.control import thread_terminate
+from threads.services.inbox import message_queue
+from threads.services.messages import message_inject
 from threads.services.threads import thread_create
 from threads.services.values import value_set
 from threads.state import ThreadState
@@ -325,6 +328,42 @@ async def test_the_tenant_stream_carries_lifecycle_events_of_its_tenant_only(
         ("thread.terminated", str(mine.id)),
     ]
     assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
+
+
+def _action_asked_and_answered(tenant: Tenant) -> str:
+    """An approval opened on a new turn of ``tenant`` and then denied; its id."""
+    thread = make_thread(tenant)
+    turn = message_queue(thread=thread, role="user", content="refund", wake=False)
+    issuer = message_inject(thread=thread, role="assistant", content=None, tool_calls=[
+        {"id": "c", "type": "function", "function": {"name": "refund", "arguments": "{}"}},
+    ])  # fmt: skip
+    with transaction.atomic():
+        action = action_open(
+            thread=thread, turn=turn, kind="approval", issuer=issuer, tool_call_id="c",
+            tool_name="refund", arguments={}, schema=None,
+        )  # fmt: skip
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "deny"})
+    return str(action.pk)
+
+
+async def test_the_tenant_stream_carries_what_waits_for_a_person(
+    tenant: Tenant, other_tenant: Tenant
+) -> None:
+    socket = await _open("/ws/events/", key=await _key(tenant))
+
+    await database_sync_to_async(_action_asked_and_answered)(other_tenant)
+    action_id = await database_sync_to_async(_action_asked_and_answered)(tenant)
+
+    received = []
+    while len(received) < 2:
+        event = json.loads(await socket.receive_from())
+        if event["type"].startswith("action."):
+            received.append(event)
+    assert [(e["type"], e["payload"]["action_id"]) for e in received] == [
+        ("action.required", action_id), ("action.resolved", action_id),
+    ]  # fmt: skip
+    assert received[1]["payload"]["status"] == "denied"
     await socket.disconnect()
 
 

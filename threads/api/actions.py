@@ -16,7 +16,13 @@ from common.pagination import MAX_OFFSET
 from common.schema import error_responses
 from threads.api.base import ThreadScopedView
 from threads.models import ActionStatus
-from threads.services.actions import action_get, action_json, action_respond, actions_of
+from threads.services.actions import (
+    ANSWERS,
+    action_get,
+    action_json,
+    action_respond,
+    actions_of,
+)
 
 
 class ActionListQuery(serializers.Serializer[Any]):
@@ -29,7 +35,7 @@ class ActionAnswer(serializers.Serializer[Any]):
     """Documents the body; :func:`action_respond` checks it (naming the field of a problem)."""
 
     decision = serializers.ChoiceField(
-        choices=["approve", "deny", "edit", "answer"],
+        choices=ANSWERS,
         help_text="approve, deny or edit an approval; answer or deny an input request",
     )
     reason = serializers.CharField(required=False, help_text="deny: what the model reads")

@@ -239,6 +239,7 @@ class PermissionAsked(TypedDict):
     ``cancel`` (the turn ended first)."""
 
     action_id: str
+    turn_id: str
     tool_call_id: str
     name: str
     rule: NotRequired[dict[str, Any] | None]

@@ -43,6 +43,8 @@ _RESOLVED = {
     "edit": ActionStatus.EDITED,
     "answer": ActionStatus.ANSWERED,
 }
+# Every decision respond_action knows.
+ANSWERS = tuple(_RESOLVED)
 MAX_REASON = 2000
 EXPIRE_BATCH = 500
 
@@ -119,8 +121,8 @@ def action_open(
     if kind == ActionKind.APPROVAL:
         publish(
             thread, "permission.requested",
-            {"action_id": str(action.pk), "tool_call_id": tool_call_id, "name": tool_name,
-             "rule": action.rule},
+            {"action_id": str(action.pk), "turn_id": str(turn.pk), "tool_call_id": tool_call_id,
+             "name": tool_name, "rule": action.rule},
             outbox=outbox,
         )  # fmt: skip
     publish(thread, "action.required", _event(action), outbox=outbox)
@@ -261,8 +263,9 @@ def _resolve(
         )
         publish(
             thread, "permission.resolved",
-            {"action_id": str(action.pk), "tool_call_id": action.tool_call_id,
-             "name": action.tool_name, "decision": "allow" if allowed else "deny", "by": by},
+            {"action_id": str(action.pk), "turn_id": str(action.turn_id),
+             "tool_call_id": action.tool_call_id, "name": action.tool_name,
+             "decision": "allow" if allowed else "deny", "by": by},
         )  # fmt: skip
     publish(thread, "action.resolved", _event(action))
     turn = Turn.objects.get(pk=action.turn_id)

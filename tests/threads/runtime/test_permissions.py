@@ -194,3 +194,17 @@ def test_a_denied_subprompt_never_runs_and_a_subprompts_own_rules_hold_inside_it
     assert rows(thread)[2][2] == (
         "Failed to execute tool: Permission denied: a prompt rule denies calls of 'audit'"
     )
+
+
+def test_an_ask_beats_a_prompt_allow(engine: Engine) -> None:
+    refunded = _refund_tool(engine, approval="ask")
+    thread = _helper(engine, {"name": "refund", "approval": "allow"})
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 5}}]).text("Done.")
+    engine.send(thread, "refund 5")
+
+    engine.drive(thread)
+
+    assert refunded == []
+    assert thread.status == "waiting_permission"
+    assert _decisions(thread) == [("refund", "ask", {"decision": "ask", "source": "registry",
+                                                      "on_expiry": "deny"})]  # fmt: skip
