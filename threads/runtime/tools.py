@@ -43,9 +43,21 @@ class FlowAborted(Exception):
     """The flow's abort signal fired (a user stop or terminate); raised at a checkpoint."""
 
 
+@dataclass
+class InFlight:
+    """The tool call running now: what ``state.request_input`` pauses on (``pausable``:
+    whether it may wait for a person), and how many inputs it asked for so far."""
+
+    call: ToolCall
+    issuer: Message
+    pausable: bool
+    inputs_asked: int = 0
+
+
 class ActionNeeded(Exception):
-    """A tool call waits for a person (an ``ask`` rule): the flow pauses its turn on an
-    action (:mod:`threads.services.actions`) and a worker resumes it once answered."""
+    """A tool call waits for a person (an ``ask`` rule, or ``state.request_input``): the
+    flow pauses its turn on an action (:mod:`threads.services.actions`) and a worker
+    resumes it once answered."""
 
     def __init__(
         self, *, kind: str, call: ToolCall, issuer: Message, rule: Rule | None = None,
@@ -167,9 +179,10 @@ class ToolRunner:
         asks a person first and this call may wait for one."""
         resolved = forced or self.tools.get(call.name)
         log_id = new_id()
+        pausable = self.pausable and forced is None
         denied = decided
         if denied is None and execute is None and not granted:
-            denied = self._permission(call, resolved, issuer, pausable=forced is None)
+            denied = self._permission(call, resolved, issuer, pausable=pausable)
         if denied is None:
             self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
             self.flow.publish(
@@ -182,7 +195,7 @@ class ToolRunner:
         elif execute is not None:
             result = execute()
         else:
-            result = self._execute(call, resolved, issuer)
+            result = self._execute(call, resolved, issuer, pausable=pausable)
         hook = (
             HookName.AFTER_TOOL_CALL_SUCCESS
             if result.status == "success"
@@ -247,7 +260,7 @@ class ToolRunner:
             return None
         source = verdict.rule.source if verdict.rule is not None else ""
         if verdict.decision == "ask":
-            if pausable and self.pausable:
+            if pausable:
                 raise ActionNeeded(
                     kind="approval", call=call, issuer=issuer, rule=verdict.rule,
                     schema=resolved.parameters,
@@ -274,7 +287,7 @@ class ToolRunner:
     # Executing -----------------------------------------------------------------------------
 
     def _execute(
-        self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message
+        self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message, *, pausable: bool
     ) -> ToolResult:
         if resolved is None:
             guidance = self.flow.direct_call_guidance(call.name, self.tools)
@@ -290,8 +303,9 @@ class ToolRunner:
         except ArgumentsInvalid as error:
             return ToolResult.failure(error.message, code=error.code)
         try:
-            return self._dispatch(resolved, call, arguments, issuer)
-        except FlowAborted:
+            with self.flow.tool_call(InFlight(call, issuer, pausable=pausable)):
+                return self._dispatch(resolved, call, arguments, issuer)
+        except (FlowAborted, ActionNeeded):
             raise
         except DomainError as error:
             return ToolResult.failure(error.message, code=error.code)

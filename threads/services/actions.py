@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from agents.schemas import ArgumentsInvalid, validate_args
-from common.errors import Conflict, NotFound, ValidationFailed
+from common.errors import Conflict, DomainError, NotFound, ValidationFailed
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import Action, ActionKind, ActionStatus, Message, Thread, Turn
@@ -127,6 +127,31 @@ def action_open(
         )  # fmt: skip
     publish(thread, "action.required", _event(action), outbox=outbox)
     return action
+
+
+class InputDeclined(DomainError):
+    """``state.request_input``: the person declined to give the input."""
+
+    code = "input_declined"
+
+
+def input_answers(*, turn: Turn, tool_call_id: str) -> list[Action]:
+    """The resolved input requests of a tool call of ``turn``, in the order it asked."""
+    return list(
+        Action.objects.filter(turn_id=turn.pk, tool_call_id=tool_call_id, kind=ActionKind.INPUT)
+        .exclude(status=ActionStatus.PENDING)
+        .order_by("created_at", "id")
+    )
+
+
+def answer_data(action: Action) -> dict[str, Any]:
+    """What a resolved input request gives the tool: the person's data; InputDeclined when
+    they declined."""
+    response = action.response or {}
+    if action.status == ActionStatus.ANSWERED:
+        return dict(response.get("data") or {})
+    reason = response.get("reason")
+    raise InputDeclined("the person declined to give the input" + (f": {reason}" if reason else ""))
 
 
 def actions_of(*, thread: Thread, status: str | None = None) -> QuerySet[Action]:

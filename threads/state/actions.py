@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from common.errors import NotAvailable
+from common.errors import DomainError, NotAvailable
 from threads.events import publish
 from threads.runtime.invoke import tool_invoke
 from threads.services.code import code_run
@@ -31,6 +31,22 @@ class ActionsMixin(StateBase):
     def emit(self, event: str, data: Any = None) -> None:
         """A custom event (``state.emit``): broadcast to the thread's listeners."""
         publish(self._thread, "custom", {"name": event, "data": data}, outbox=self.outbox)
+
+    # A person's input ----------------------------------------------------------------
+
+    def request_input(self, schema: Mapping[str, Any], prompt: str = "") -> dict[str, Any]:
+        """Ask a person for structured input (``schema``: a JSON Schema of an object) and
+        return their answer, checked against it. Only in a tool the model's step calls: the
+        turn pauses (``waiting_input``) until the answer comes through respond_action, then
+        the tool runs again from its start and this call returns the answer. Raises
+        InputDeclined when the person declined (the tool fails with their reason unless it
+        catches it)."""
+        if self._flow is None:
+            raise DomainError(
+                "request_input needs a tool call of a running turn (a person answers it "
+                "while the turn waits)"
+            )
+        return self._flow.request_input(schema, prompt)
 
     # Engine-backed (later) -----------------------------------------------------------
 

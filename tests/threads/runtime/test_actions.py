@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from agents.registry import tool
-from common.errors import ValidationFailed
+from common.errors import DomainError, ValidationFailed
 from tests.threads.runtime.conftest import Engine, prompt, rows
-from threads.models import Action, Event, RunStatus, Thread, Turn
+from threads.models import Action, Event, Message, RunStatus, Thread, Turn
 from threads.services.actions import ActionResolved, action_respond, actions_expire
 from threads.services.control import thread_stop, turn_cancel
 from threads.services.inbox import message_queue
+from threads.state import ThreadState
 
 ABOVE_100 = {">": [{"var": "amount"}, 100]}
 ASK_ABOVE_100 = {"decision": "ask", "when": ABOVE_100}
@@ -374,3 +375,127 @@ def test_an_ask_inside_a_subprompt_is_refused_as_nobody_can_be_waited_for_there(
     assert nested.metadata["error_code"] == "approval_unavailable"
     assert "cannot wait for one" in (nested.content or "")
     assert thread.status == RunStatus.WAITING_INPUT
+
+
+# state.request_input ------------------------------------------------------------------------
+
+SHIPPING = {
+    "type": "object",
+    "properties": {"address": {"type": "string"}, "express": {"type": "boolean"}},
+    "required": ["address"],
+}
+
+
+@pytest.fixture
+def shipments(engine: Engine) -> list[tuple[str, Any]]:
+    """A ``ship`` tool that asks a person for the address (and, for express, a second
+    question), recording each start and each shipment."""
+    log: list[tuple[str, Any]] = []
+
+    @tool(description="Ship the order.")
+    def ship(state: Any) -> str:
+        log.append(("started", None))
+        answer = state.request_input(SHIPPING, "Where to?")
+        if answer.get("express"):
+            extra = state.request_input(
+                {"type": "object", "properties": {"phone": {"type": "string"}}}, "Phone?"
+            )
+            answer = {**answer, **extra}
+        log.append(("shipped", answer))
+        return f"shipped to {answer['address']}"
+
+    engine.define(
+        prompts=[prompt("clerk", include_past_tools=False, tools=["ship"])],
+        agents=[{"name": "clerk", "side_a": {"prompt": "clerk"}}],
+    )
+    return log
+
+
+def _asked(engine: Engine) -> Thread:
+    thread = engine.thread("clerk")
+    engine.script.tool_calls([{"name": "ship", "arguments": {}, "id": "s"}]).text("Shipped.")
+    engine.send(thread, "ship it")
+    engine.drive(thread)
+    return thread
+
+
+def _pending(thread: Thread) -> Action:
+    return Action.objects.get(thread=thread, status="pending")
+
+
+def test_request_input_pauses_the_turn_and_the_tool_gets_the_answer(
+    engine: Engine, shipments: list[tuple[str, Any]]
+) -> None:
+    thread = _asked(engine)
+    asked = _pending(thread)
+    status = (thread.status, _turn(thread).status)
+
+    with pytest.raises(ValidationFailed) as bad:
+        action_respond(thread=thread, action_id=asked.pk,
+                       body={"decision": "answer", "data": {"express": True}})  # fmt: skip
+    action_respond(thread=thread, action_id=asked.pk,
+                   body={"decision": "answer", "data": {"address": "1 Main St"}})  # fmt: skip
+    engine.drive(thread)
+
+    assert status == ("waiting_input", "waiting_input")
+    assert (asked.kind, asked.prompt, asked.schema) == ("input", "Where to?", SHIPPING)
+    assert asked.decisions == ["answer", "deny"]
+    assert bad.value.field == "data"
+    assert shipments == [("started", None), ("started", None),
+                         ("shipped", {"address": "1 Main St"})]  # fmt: skip
+    assert rows(thread)[2][2] == "shipped to 1 Main St"
+    assert engine.script.requests[1].messages[-1].text == "shipped to 1 Main St"
+    assert _turn(thread).status == "completed"
+
+
+def test_a_second_request_pauses_again_and_the_first_answer_is_replayed(
+    engine: Engine, shipments: list[tuple[str, Any]]
+) -> None:
+    thread = _asked(engine)
+    action_respond(
+        thread=thread,
+        action_id=_pending(thread).pk,
+        body={"decision": "answer", "data": {"address": "2 Side St", "express": True}},
+    )
+    engine.drive(thread)
+    phone = _pending(thread)
+
+    action_respond(thread=thread, action_id=phone.pk,
+                   body={"decision": "answer", "data": {"phone": "555"}})  # fmt: skip
+    engine.drive(thread)
+
+    assert phone.prompt == "Phone?"
+    assert shipments[-1] == ("shipped", {"address": "2 Side St", "express": True, "phone": "555"})
+    assert [kind for kind, _ in shipments].count("started") == 3
+    assert _turn(thread).status == "completed"
+
+
+def test_a_declined_input_fails_the_call_with_the_persons_reason(
+    engine: Engine, shipments: list[tuple[str, Any]]
+) -> None:
+    thread = _asked(engine)
+
+    action_respond(thread=thread, action_id=_pending(thread).pk,
+                   body={"decision": "deny", "reason": "no address on file"})  # fmt: skip
+    engine.drive(thread)
+
+    assert ("shipped", {"address": "1 Main St"}) not in shipments
+    assert rows(thread)[2] == (
+        "tool", "a",
+        "Failed to execute tool: the person declined to give the input: no address on file",
+        "error",
+    )  # fmt: skip
+    assert Message.objects.get(thread=thread, role="tool").metadata["error_code"] == (
+        "input_declined"
+    )
+
+
+def test_request_input_outside_a_model_steps_call_is_refused(
+    engine: Engine, shipments: list[tuple[str, Any]]
+) -> None:
+    state = ThreadState(engine.thread("clerk"))
+
+    with pytest.raises(DomainError) as refused:
+        state.request_input(SHIPPING, "Where to?")
+
+    assert "needs a tool call of a running turn" in refused.value.message

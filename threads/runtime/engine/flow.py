@@ -6,15 +6,18 @@ few public methods."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
 from agents.documents import SideConfig
 from agents.providers.base import AbortSignal, ToolCall
 from agents.registry import ToolResult
+from agents.schemas import check_schema
+from common.errors import DomainError
 from common.ids import new_id
 from common.time import now_us
 from threads.events import Outbox
@@ -52,9 +55,9 @@ from threads.runtime.stops import (
     turn_outcome,
 )
 from threads.runtime.subagent_tools import direct_call_guidance
-from threads.runtime.tools import ActionNeeded, FlowAborted, failure_text
+from threads.runtime.tools import ActionNeeded, FlowAborted, InFlight, failure_text
 from threads.services import logs
-from threads.services.actions import action_open
+from threads.services.actions import action_open, answer_data, input_answers
 from threads.services.control import child_close, interruption_close
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import turn_finish, turn_pause
@@ -110,6 +113,8 @@ class Flow:
         self.inputs_waiting = True
         # The answered action this flow resumes its paused turn from (None: a new turn).
         self.resumption = resumption
+        # The tool call running now (state.request_input pauses on it).
+        self.calling: InFlight | None = None
         if resumption is not None:
             _counters_restore(self, resumption.resume)
 
@@ -238,6 +243,41 @@ class Flow:
     def tool_state(self, config: Any, prompt_name: str) -> ThreadState:
         return agent_tool_state(self, config, prompt_name)
 
+    @contextlib.contextmanager
+    def tool_call(self, in_flight: InFlight) -> Iterator[None]:
+        """``in_flight`` is the running tool call for the block."""
+        outer, self.calling = self.calling, in_flight
+        try:
+            yield
+        finally:
+            self.calling = outer
+
+    def request_input(self, schema: Mapping[str, Any], prompt: str) -> dict[str, Any]:
+        """``state.request_input``: the person's answer to the running call's next input
+        request. The first time, the turn pauses on an input action and, once it is answered,
+        the call runs again from its start: its earlier requests return their answers at
+        once, in order. Raises DomainError where no person can be waited for, InputDeclined
+        when the person declined."""
+        calling = self.calling
+        if calling is None or not calling.pausable:
+            raise DomainError(
+                "request_input needs a tool call of a model step, which can wait for a "
+                "person (not a hook, a queued tool or a subprompt's call)"
+            )
+        problems = check_schema(schema)
+        if problems or not isinstance(schema, Mapping) or schema.get("type") != "object":
+            detail = problems[0].message if problems else "it must describe an object"
+            raise DomainError(f"request_input: the schema is not valid: {detail}")
+        index = calling.inputs_asked
+        calling.inputs_asked += 1
+        answers = input_answers(turn=self.turn, tool_call_id=calling.call.id)
+        if index < len(answers):
+            return answer_data(answers[index])
+        raise ActionNeeded(
+            kind=ActionKind.INPUT, call=calling.call, issuer=calling.issuer, schema=schema,
+            prompt=prompt,
+        )  # fmt: skip
+
     def input_joined(self) -> None:
         """``state.queue_message`` queued an input that joins this turn: the next drain
         takes it."""
@@ -313,10 +353,11 @@ def _resumed_step(flow: Flow, action: Action) -> StopReason | Side:
     and the rule denies on expiry (the step's open calls say so); otherwise the step
     carries on (:func:`step_resume`). Returns the stop reason, or the side acting next."""
     if action.status == ActionStatus.EXPIRED and action.on_expiry != "allow":
+        asked = "approval" if action.kind == ActionKind.APPROVAL else "input request"
         close_unanswered_calls(
             thread=flow.thread, fence=flow.fence, outbox=flow.outbox,
             reason=failure_text(
-                f"nobody answered the approval of {action.tool_name!r} in time; the request "
+                f"nobody answered the {asked} of {action.tool_name!r} in time; the request "
                 "expired and the call did not run"
             ),
         )  # fmt: skip

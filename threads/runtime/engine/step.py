@@ -10,7 +10,7 @@ from agents.documents import SideConfig
 from agents.providers.base import ToolCall
 from agents.registry import ToolResult
 from common.ids import new_id
-from threads.models import Action, ActionStatus, Message, MessageRole
+from threads.models import Action, ActionKind, ActionStatus, Message, MessageRole
 from threads.runtime.context import stored_tool_calls
 from threads.runtime.engine.agent import prompt_hooks, prompt_load, prompt_tools, tool_runner
 from threads.runtime.engine.base import Side, StepOutcome
@@ -89,8 +89,11 @@ def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> S
 
 def _decided(runner: ToolRunner, call: ToolCall, action: Action, issuer: Message) -> ToolOutcome:
     """The waiting call, run as the person decided: approved (or allowed on expiry) as the
-    model wrote it, edited with the person's arguments, or denied with their reason."""
+    model wrote it, edited with the person's arguments, or denied with their reason. A call
+    that asked for input runs again from its start (``state.request_input`` answers)."""
     response = action.response or {}
+    if action.kind == ActionKind.INPUT:
+        return runner.run_one(call, issuer=issuer, granted=True)
     if action.status == ActionStatus.EDITED:
         call = ToolCall(id=call.id, name=call.name, arguments=dict(response["arguments"]))
         return runner.run_one(call, issuer=issuer, granted=True)
