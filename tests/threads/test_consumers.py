@@ -355,7 +355,7 @@ async def test_the_tenant_stream_carries_what_waits_for_a_person(
     await database_sync_to_async(_action_asked_and_answered)(other_tenant)
     action_id = await database_sync_to_async(_action_asked_and_answered)(tenant)
 
-    received = []
+    received: list[dict[str, Any]] = []
     while len(received) < 2:
         event = json.loads(await socket.receive_from())
         if event["type"].startswith("action."):
