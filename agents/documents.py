@@ -199,6 +199,10 @@ class ModelDoc(Strict):
     capabilities: Capabilities = Field(default_factory=Capabilities)
 
 
+# The tool ``code_mode: true`` adds to a prompt (threads.runtime.code_mode).
+CODE_MODE_TOOL = "code"
+
+
 class PromptDoc(Strict):
     """``definePrompt``: instructions, a model, tools; every prompt is callable as a tool."""
 
@@ -216,6 +220,9 @@ class PromptDoc(Strict):
     env: dict[EnvName, str] = Field(default_factory=dict)
     reasoning: Reasoning | None = None
     hooks: list[Name] = Field(default_factory=list)
+    # Offer a ``code`` tool whose programs call this prompt's function tools
+    # (threads.runtime.code_mode).
+    code_mode: bool = False
 
     @field_validator("prompt", mode="before")
     @classmethod

@@ -99,6 +99,7 @@ class Prompt(Definition):
     env = models.JSONField(default=dict, blank=True)
     reasoning = models.JSONField(null=True, blank=True)
     hooks = models.JSONField(default=list, blank=True)
+    code_mode = models.BooleanField(default=False)
 
     class Meta(Definition.Meta):
         constraints = _unique_name("prompt")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from agents.documents import (
+    CODE_MODE_TOOL,
     INIT_KEYS,
     LIFECYCLE_TOOLS,
     SUBAGENT_KEYS,
@@ -144,7 +145,7 @@ class _Context:
         if doc.required_schema is not None:
             for path, message in self.checkers.json_schema(doc.required_schema):
                 yield Problem("prompts", name, _join("required_schema", path), message)
-        if doc.tool_choice == "required" and not doc.tools:
+        if doc.tool_choice == "required" and not (doc.tools or doc.code_mode):
             yield Problem("prompts", name, "tool_choice", "'required' needs at least one tool")
         seen: set[str] = set()
         for index, ref in enumerate(doc.tools):
@@ -152,6 +153,12 @@ class _Context:
             path = f"tools[{index}]" if isinstance(ref, str) else f"tools[{index}].name"
             if target in seen:
                 yield Problem("prompts", name, path, f"{target!r} is listed twice")
+            if doc.code_mode and target == CODE_MODE_TOOL:
+                yield Problem(
+                    "prompts", name, path,
+                    f"{target!r} is the tool code_mode adds; give this tool another name or "
+                    "turn code_mode off",
+                )  # fmt: skip
             seen.add(target)
             yield from self._tool_entry(doc, index, path, ref)
         yield from self._hooks("prompts", name, doc.hooks)

@@ -5,13 +5,21 @@ Definitions do not change under a running flow: an edit applies from the next fl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from agents import selectors
-from agents.documents import AgentDoc, CodeToolDoc, PromptDoc, ToolConfig, tool_ref_name
+from agents.documents import (
+    CODE_MODE_TOOL,
+    AgentDoc,
+    CodeToolDoc,
+    PromptDoc,
+    ToolConfig,
+    tool_ref_name,
+)
 from agents.permission_rules import TenantRule, tenant_rules_load
 from agents.providers.base import ModelSpec, ToolSpec
 from agents.providers.schemas import empty_object_schema
@@ -19,7 +27,7 @@ from agents.registry import RegistryView, ToolEntry, current_registry
 from common.errors import NotFound
 from tenancy.models import Tenant
 
-ToolKind = Literal["function", "code", "prompt", "handoff", "subagent", "lifecycle"]
+ToolKind = Literal["function", "code", "prompt", "handoff", "subagent", "lifecycle", "code_mode"]
 T = TypeVar("T")
 ENABLED_FLAGS = frozenset({"true", "1", "yes"})
 
@@ -143,6 +151,8 @@ class FlowDefinitions:
             resolved = self._resolve(tool_ref_name(ref), config)
             if resolved is not None:
                 tools[resolved.name] = resolved
+        if prompt.code_mode:
+            tools[CODE_TOOL] = code_mode_tool(tools)
         return tools
 
     def resolve_any(self, name: str) -> ResolvedTool | None:
@@ -185,3 +195,41 @@ def _or_none(load: Callable[[], T]) -> T | None:
         return load()
     except NotFound:
         return None
+
+
+# Code mode (threads.runtime.code_mode) ---------------------------------------------------
+
+CODE_TOOL: Final = CODE_MODE_TOOL
+SOURCE_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "source": {
+            "type": "string",
+            "description": "a JavaScript or TypeScript module whose default export is an "
+            "async function; its return value is the result",
+        },
+        "language": {"type": "string", "enum": ["typescript", "javascript"]},
+    },
+    "required": ["source"],
+}
+
+
+def code_mode_tool(tools: Mapping[str, ResolvedTool]) -> ResolvedTool:
+    """The ``code`` tool of a prompt whose other tools are ``tools``: its description lists
+    the function tools a program may call, with their parameters."""
+    callable_tools = {name: tool for name, tool in tools.items() if tool.kind == "function"}
+    lines = [
+        "Run a program that calls tools. Write a module whose default export is an async "
+        "function, e.g. `export default async function () { const r = await tools.name({...}); "
+        "return r; }`. Each tool takes one object argument and resolves to its text result "
+        "(it rejects with an Error when the call fails). `helpers.now()` and "
+        "`helpers.random()` give the time (ms) and a random number; do not use Date or "
+        "Math.random. The tools:",
+    ]
+    for name, tool in callable_tools.items():
+        schema = json.dumps(tool.parameters or {"type": "object"}, separators=(",", ":"))
+        lines.append(f"- tools.{name}(args): {tool.spec.description} Arguments: {schema}")
+    if not callable_tools:
+        lines.append("- (none: this prompt has no function tools)")
+    spec = ToolSpec(CODE_TOOL, "\n".join(lines), dict(SOURCE_SCHEMA))
+    return ResolvedTool(CODE_TOOL, "code_mode", spec, None, None, dict(SOURCE_SCHEMA))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.documents import SessionBinding, ToolConfig
-from agents.permissions import Rule, decide, rule_from
+from agents.permissions import Rule, Verdict, decide, rule_from
 from agents.providers.base import ToolCall
 from agents.registry import HookName, ToolEntry, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
@@ -26,6 +26,7 @@ from common.errors import DomainError
 from common.ids import new_id
 from threads.events import INLINE_LIMIT
 from threads.models import Message
+from threads.runtime.code_mode import CodePaused, code_mode_run
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.hooks import Hooks
 from threads.services.attachments import attachment_at, attachments_store
@@ -61,11 +62,16 @@ class ActionNeeded(Exception):
 
     def __init__(
         self, *, kind: str, call: ToolCall, issuer: Message, rule: Rule | None = None,
-        schema: Mapping[str, Any] | None = None, prompt: str = "",
+        schema: Mapping[str, Any] | None = None, prompt: str = "", name: str | None = None,
+        arguments: Mapping[str, Any] | None = None, resume: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         super().__init__(f"tool call {call.id} of {call.name!r} waits for a person ({kind})")
         self.kind, self.call, self.issuer = kind, call, issuer
         self.rule, self.schema, self.prompt = rule, schema, prompt
+        # What the person decides on, when not the call itself (a code program's call).
+        self.name = name if name is not None else call.name
+        self.arguments = dict(arguments if arguments is not None else call.arguments)
+        self.resume = dict(resume or {})  # what the resuming flow needs besides the step
 
 
 @dataclass(frozen=True)
@@ -234,10 +240,24 @@ class ToolRunner:
     def _permission(
         self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message, *, pausable: bool
     ) -> ToolResult | None:
-        """Weigh the call's permission rules (its registry default, its prompt entry's, the
-        tenant's for this agent and tool) and record the decision; the result a denied call
-        gets, None when it may run. An ``ask`` raises ActionNeeded, or is refused where no
-        person can be waited for."""
+        """Weigh the call's permission rules (:meth:`weigh`); the result a denied call gets,
+        None when it may run. An ``ask`` raises ActionNeeded, or is refused where no person
+        can be waited for."""
+        verdict = self.weigh(call, resolved)
+        if verdict.decision == "allow" or resolved is None:  # an unknown tool fails anyway
+            return None
+        if verdict.decision == "deny":
+            return self.denial(call, verdict)
+        if pausable:
+            raise ActionNeeded(
+                kind="approval", call=call, issuer=issuer, rule=verdict.rule,
+                schema=resolved.parameters,
+            )  # fmt: skip
+        return self.unavailable(call, verdict)
+
+    def weigh(self, call: ToolCall, resolved: ResolvedTool | None) -> Verdict:
+        """The verdict of the call's rules (its registry default, its prompt entry's, the
+        tenant's for this agent and tool), recorded as ``permission.evaluated``."""
         rules = []
         if resolved is not None and resolved.entry is not None and resolved.entry.approval:
             rules.append(resolved.entry.approval)
@@ -256,26 +276,41 @@ class ToolRunner:
             {"tool_call_id": call.id, "name": call.name, "decision": verdict.decision,
              "rule": verdict.rule.as_json() if verdict.rule is not None else None},
         )  # fmt: skip
-        if verdict.decision == "allow" or resolved is None:  # an unknown tool fails anyway
-            return None
-        source = verdict.rule.source if verdict.rule is not None else ""
-        if verdict.decision == "ask":
-            if pausable:
-                raise ActionNeeded(
-                    kind="approval", call=call, issuer=issuer, rule=verdict.rule,
-                    schema=resolved.parameters,
-                )  # fmt: skip
-            where = "a subprompt's tool call" if self.parent is not None else "a queued call"
-            return ToolResult.failure(
-                f"Approval required: a {source} rule asks a person before calls of "
-                f"{call.name!r}, and {where} cannot wait for one",
-                code="approval_unavailable",
-            )
+        return verdict
+
+    @staticmethod
+    def denial(call: ToolCall, verdict: Verdict) -> ToolResult:
+        """The result of a call a rule denies."""
+        rule = verdict.rule
         return ToolResult.failure(
-            f"Permission denied: a {source} rule denies calls of {call.name!r}"
-            + (" with these arguments" if verdict.rule and verdict.rule.when is not None else ""),
+            f"Permission denied: a {rule.source if rule else ''} rule denies calls of "
+            f"{call.name!r}" + (" with these arguments" if rule and rule.when is not None else ""),
             code="permission_denied",
         )
+
+    def unavailable(self, call: ToolCall, verdict: Verdict) -> ToolResult:
+        """The result of a call a rule asks a person about, where none can be waited for."""
+        where = "a subprompt's tool call" if self.parent is not None else "a queued call"
+        source = verdict.rule.source if verdict.rule is not None else ""
+        return ToolResult.failure(
+            f"Approval required: a {source} rule asks a person before calls of "
+            f"{call.name!r}, and {where} cannot wait for one",
+            code="approval_unavailable",
+        )
+
+    def call_function(self, resolved: ResolvedTool, arguments: dict[str, Any]) -> ToolResult:
+        """Run registry tool ``resolved`` with checked ``arguments``; what it raises becomes
+        a failure result (a pause for a person, or an abort, propagates)."""
+        assert resolved.entry is not None
+        state = self.flow.tool_state(resolved.config, self.prompt_name)
+        try:
+            return call_function_tool(resolved.entry, state, arguments)
+        except (FlowAborted, ActionNeeded):
+            raise
+        except DomainError as error:
+            return ToolResult.failure(error.message, code=error.code)
+        except Exception as error:  # a tool's bug is reported, never raised
+            return ToolResult.failure(f"{type(error).__name__}: {error}")
 
     def _arguments_or_ref(self, call: ToolCall, log_id: uuid.UUID) -> dict[str, Any]:
         """``tool.started`` carries the arguments, or above ``INLINE_LIMIT`` bytes of JSON a
@@ -319,6 +354,8 @@ class ToolRunner:
             assert resolved.entry is not None
             state = self.flow.tool_state(resolved.config, self.prompt_name)
             return call_function_tool(resolved.entry, state, arguments)
+        if resolved.kind == "code_mode":
+            return self._program(call, arguments, issuer)
         if resolved.kind == "prompt":
             return self.flow.run_subprompt(resolved, arguments, issuer=issuer, side=self.side)
         if resolved.kind == "handoff":
@@ -332,6 +369,27 @@ class ToolRunner:
             entry_env=config.env if config is not None else None,
             entry_options=config.options if config is not None else None,
         )  # fmt: skip
+
+    def _program(self, call: ToolCall, arguments: dict[str, Any], issuer: Message) -> ToolResult:
+        """A ``code`` call (:mod:`threads.runtime.code_mode`); a call of its program that a
+        rule asks about pauses the turn on an action carrying the program's journal."""
+        pausable = self.flow.calling is not None and self.flow.calling.pausable
+        try:
+            return code_mode_run(
+                self, call, arguments, pausable=pausable,
+                replay=self.flow.code_replays.pop(call.id, None),
+            )  # fmt: skip
+        except CodePaused as paused:
+            raise ActionNeeded(
+                kind="approval",
+                call=call,
+                issuer=issuer,
+                rule=paused.rule,
+                schema=paused.schema,
+                name=paused.call.name,
+                arguments=paused.call.arguments,
+                resume={"code": {"journal": paused.journal}},
+            ) from None
 
     # Storing ---------------------------------------------------------------------------------
 

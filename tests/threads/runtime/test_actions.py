@@ -499,3 +499,159 @@ def test_request_input_outside_a_model_steps_call_is_refused(
         state.request_input(SHIPPING, "Where to?")
 
     assert "needs a tool call of a running turn" in refused.value.message
+
+
+# Code mode -----------------------------------------------------------------------------------
+
+PROGRAM = """
+export default async function () {
+  const a = await tools.first({});
+  const b = await tools.second({ amount: 500 });
+  const c = await tools.third({ after: b });
+  return `${a} | ${b} | ${c}`;
+}
+"""
+
+
+@pytest.fixture
+def program_tools(engine: Engine) -> dict[str, int]:
+    """``first``, ``second`` (asks a person) and ``third``, counting their runs; a prompt in
+    code mode that offers them."""
+    runs = {"first": 0, "second": 0, "third": 0}
+
+    @tool(description="The first step.")
+    def first(state: Any) -> str:
+        runs["first"] += 1
+        return f"first ran {runs['first']}x"
+
+    @tool(
+        description="Spend money.",
+        args={"type": "object", "properties": {"amount": {"type": "number"}}},
+        approval="ask",
+    )
+    def second(state: Any, args: dict[str, Any]) -> str:
+        runs["second"] += 1
+        return f"spent {args['amount']}"
+
+    @tool(description="The last step.", args={"type": "object", "properties": {
+        "after": {"type": "string"}}})  # fmt: skip
+    def third(state: Any, args: dict[str, Any]) -> str:
+        runs["third"] += 1
+        return f"after {args['after']}"
+
+    engine.define(
+        prompts=[prompt("coder", code_mode=True, tools=["first", "second", "third"])],
+        agents=[{"name": "coder", "side_a": {"prompt": "coder"}}],
+    )
+    return runs
+
+
+def _program_paused(engine: Engine, source: str = PROGRAM) -> tuple[Thread, Action]:
+    thread = engine.thread("coder")
+    engine.script.tool_calls([{"name": "code", "arguments": {"source": source}, "id": "p"}])
+    engine.script.text("All done.")
+    engine.send(thread, "run the steps")
+    engine.drive(thread)
+    return thread, Action.objects.get(thread=thread)
+
+
+def test_a_program_pauses_at_the_gated_call_and_replays_without_running_a_call_twice(
+    engine: Engine, program_tools: dict[str, int]
+) -> None:
+    thread, action = _program_paused(engine)
+    while_paused = dict(program_tools)
+
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    engine.drive(thread)
+
+    assert while_paused == {"first": 1, "second": 0, "third": 0}
+    assert (action.tool_call_id, action.tool_name, action.arguments) == (
+        "p", "second", {"amount": 500},
+    )  # fmt: skip
+    assert thread.status == "waiting_input"  # the model answered; the human is next
+    assert program_tools == {"first": 1, "second": 1, "third": 1}
+    result = Message.objects.get(thread=thread, role="tool")
+    assert result.content == "first ran 1x | spent 500 | after spent 500"
+    assert result.tool_status == "success"
+    assert _turn(thread).status == "completed"
+
+
+def test_a_denied_call_rejects_in_the_program_which_may_catch_it(
+    engine: Engine, program_tools: dict[str, int]
+) -> None:
+    source = """
+    export default async function () {
+      const a = await tools.first({});
+      try { await tools.second({ amount: 500 }); } catch (e) { return `${a}; ${e.message}`; }
+      return "approved";
+    }
+    """
+    thread, action = _program_paused(engine, source)
+
+    action_respond(thread=thread, action_id=action.pk,
+                   body={"decision": "deny", "reason": "too much"})  # fmt: skip
+    engine.drive(thread)
+
+    assert program_tools == {"first": 1, "second": 0, "third": 0}
+    result = Message.objects.get(thread=thread, role="tool").content or ""
+    assert result.startswith("first ran 1x; ")
+    assert "Permission denied by a person: too much" in result
+
+
+def test_an_edit_runs_the_gated_call_with_the_persons_arguments(
+    engine: Engine, program_tools: dict[str, int]
+) -> None:
+    thread, action = _program_paused(engine)
+
+    action_respond(thread=thread, action_id=action.pk,
+                   body={"decision": "edit", "arguments": {"amount": 20}})  # fmt: skip
+    engine.drive(thread)
+
+    assert Message.objects.get(thread=thread, role="tool").content == (
+        "first ran 1x | spent 20 | after spent 20"
+    )
+
+
+def test_a_program_that_calls_differently_on_replay_fails_naming_the_difference(
+    engine: Engine, program_tools: dict[str, int]
+) -> None:
+    source = """
+    export default async function () {
+      const first = await helpers.random() < 2 ? await tools.first({}) : "";
+      await tools.second({ amount: Date.now() });
+      return first;
+    }
+    """
+    thread, action = _program_paused(engine, source)
+
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    engine.drive(thread)
+
+    result = Message.objects.get(thread=thread, role="tool")
+    assert result.tool_status == "error"
+    assert "on replay" in (result.content or "")
+    assert result.metadata["error_code"] == "replay_diverged"
+    assert program_tools["second"] == 0
+
+
+def test_the_journaled_helpers_give_a_replay_the_same_values(
+    engine: Engine, program_tools: dict[str, int]
+) -> None:
+    source = """
+    export default async function () {
+      const t = await helpers.now();
+      const r = await helpers.random();
+      await tools.second({ amount: Math.floor(r * 1000) });
+      return JSON.stringify([t, r]);
+    }
+    """
+    thread, action = _program_paused(engine, source)
+    asked_amount = action.arguments["amount"]
+
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    engine.drive(thread)
+
+    result = Message.objects.get(thread=thread, role="tool")
+    assert result.tool_status == "success", result.content
+    assert program_tools["second"] == 1
+    assert action.resume["code"]["journal"][1]["value"] * 1000 // 1 == asked_amount

@@ -22,6 +22,7 @@ from common.ids import new_id
 from common.time import now_us
 from threads.events import Outbox
 from threads.models import Action, ActionKind, ActionStatus, Message, RunStatus, Thread, Turn
+from threads.runtime.code_mode import Replay
 from threads.runtime.definitions import FlowDefinitions, ResolvedTool
 from threads.runtime.engine.agent import (
     agent_load,
@@ -115,6 +116,8 @@ class Flow:
         self.resumption = resumption
         # The tool call running now (state.request_input pauses on it).
         self.calling: InFlight | None = None
+        # The replays of paused ``code`` calls the resumed step runs again, by call id.
+        self.code_replays: dict[str, Replay] = {}
         if resumption is not None:
             _counters_restore(self, resumption.resume)
 
@@ -189,7 +192,7 @@ class Flow:
             "side_a_steps": execution.side_a_step_count,
             "side_b_steps": execution.side_b_step_count, "turns": dict(self.turns),
             "tool_queue": [[name, args] for name, args in execution.tool_queue],
-            "flow_start_seq": self.flow_start_seq,
+            "flow_start_seq": self.flow_start_seq, **needed.resume,
         }  # fmt: skip
         status = (
             RunStatus.WAITING_PERMISSION
@@ -199,8 +202,8 @@ class Flow:
         with self.outbox.batch():
             action = action_open(
                 thread=self.thread, turn=self.turn, kind=needed.kind, issuer=needed.issuer,
-                tool_call_id=needed.call.id, tool_name=needed.call.name,
-                arguments=needed.call.arguments, schema=needed.schema,
+                tool_call_id=needed.call.id, tool_name=needed.name,
+                arguments=needed.arguments, schema=needed.schema,
                 rule=rule.as_json() if rule is not None else None, prompt=needed.prompt,
                 expires_in=rule.expires_in if rule is not None else None,
                 on_expiry=rule.on_expiry if rule is not None else "deny", resume=resume,

@@ -11,6 +11,7 @@ from agents.providers.base import ToolCall
 from agents.registry import ToolResult
 from common.ids import new_id
 from threads.models import Action, ActionKind, ActionStatus, Message, MessageRole
+from threads.runtime.code_mode import replay_of
 from threads.runtime.context import stored_tool_calls
 from threads.runtime.engine.agent import prompt_hooks, prompt_load, prompt_tools, tool_runner
 from threads.runtime.engine.base import Side, StepOutcome
@@ -93,6 +94,10 @@ def _decided(runner: ToolRunner, call: ToolCall, action: Action, issuer: Message
     that asked for input runs again from its start (``state.request_input`` answers)."""
     response = action.response or {}
     if action.kind == ActionKind.INPUT:
+        return runner.run_one(call, issuer=issuer, granted=True)
+    replay = replay_of(action)
+    if replay is not None:  # a code program: it runs again, the person's decision inside
+        runner.flow.code_replays[call.id] = replay
         return runner.run_one(call, issuer=issuer, granted=True)
     if action.status == ActionStatus.EDITED:
         call = ToolCall(id=call.id, name=call.name, arguments=dict(response["arguments"]))
