@@ -48,6 +48,19 @@ PROVED_ELSEWHERE: dict[str, list[tuple[str, str]]] = {
         (RUNTIME, "test_a_stop_while_waiting_cancels_the_action_and_the_turn"),
         (RUNTIME, "test_an_interrupting_turn_cancels_the_paused_one"),
     ],
+    "ARE statuses: waiting_permission also for a program's call (no runner held)": [
+        (
+            RUNTIME,
+            "test_a_program_pauses_at_the_gated_call_and_replays_without_running_a_call_twice",
+        ),
+        (
+            E2E,
+            "test_a_paused_program_survives_its_workers_kill_and_resumes_without_rerunning_a_call",
+        ),
+    ],
+    "ARE statuses: waiting_input, user or external structured input is required": [
+        (RUNTIME, "test_request_input_pauses_the_turn_and_the_tool_gets_the_answer"),
+    ],
     "ARE read models: thread_read_model pending requests, pending approvals": [
         (API, "test_pending_actions_are_listed_read_and_shown_in_the_read_model"),
     ],

@@ -9,6 +9,7 @@ Data is committed (``transaction=True``) so the worker sees it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -39,6 +40,15 @@ T = TypeVar("T")
 Json = dict[str, Any]
 TIMEOUT_S = 30.0
 WAITING_TURNS = 50
+# A code-mode program: three tool calls, the second gated by an ask rule.
+PROGRAM = """
+export default async function () {
+  const one = await tools.step_one();
+  const two = await tools.step_two();
+  const three = await tools.step_three();
+  return [one, two, three].join(", ");
+}
+"""
 
 
 def tools_register() -> None:
@@ -53,6 +63,19 @@ def tools_register() -> None:
     def refund(state: Any, args: dict[str, Any]) -> str:
         state.set_value("refunds", (state.get_value("refunds") or 0) + 1)
         return f"refunded {args['amount']}"
+
+    def step(name: str, approval: str | None = None) -> None:
+        def run(state: Any) -> str:
+            count = (state.get_value(name) or 0) + 1
+            state.set_value(name, count)
+            return f"{name} #{count}"
+
+        run.__name__ = name
+        tool(description=f"The step {name}.", approval=approval)(run)
+
+    step("step_one")
+    step("step_two", approval="ask")
+    step("step_three")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +126,23 @@ def _clerk_define(tenant: Tenant) -> None:
             "prompts": [{"name": "p", "tool_description": "The clerk", "prompt": "You refund.",
                          "model": "m", "include_chat": True, "tools": ["refund"]}],
             "agents": [{"name": "clerk", "side_a": {"prompt": "p"}}],
+        },
+    )  # fmt: skip
+    bundle_import(
+        tenant=tenant,
+        document={
+            "version": 1,
+            "models": [{"name": "c", "provider": "scripted", "model_id": "scripted", "config": {
+                "rules": [
+                    {"when": {"last_role": "tool"},
+                     "respond": {"text": "Done: {last_tool_result}"}},
+                    {"respond": {"tool_calls": [{"name": "code",
+                                                 "arguments": {"source": PROGRAM}}]}},
+                ]}}],
+            "prompts": [{"name": "coder", "tool_description": "The coder", "model": "c",
+                         "prompt": "You write programs.", "include_chat": True,
+                         "code_mode": True, "tools": ["step_one", "step_two", "step_three"]}],
+            "agents": [{"name": "coder", "side_a": {"prompt": "coder"}}],
         },
     )  # fmt: skip
 
@@ -266,3 +306,52 @@ def test_turns_waiting_for_a_person_hold_no_worker(
     assert busy == 0
     assert held == []
     assert [_refunds(thread) for thread in threads] == [1] * WAITING_TURNS
+
+
+def test_a_paused_program_survives_its_workers_kill_and_resumes_without_rerunning_a_call(
+    tenant: Tenant, api: APIClient, tmp_path: Path
+) -> None:
+    """Its own workers: the one that paused the program is killed (-9) while it waits."""
+    first = worker_start(
+        queue=private_queue(), database_url=current_database_url(),
+        log_path=tmp_path / "first.log", setup="tests.threads.test_actions_e2e:tools_register",
+    )  # fmt: skip
+    second: Worker | None = None
+    try:
+        first.wait_ready()
+        thread = thread_create(tenant=tenant, agent_name="coder")
+        with tasks_routed_to(first.queue):
+            turn_id = _submit(api, thread, "run the steps")
+            _until(lambda: _status(turn_id) == "waiting_permission", "the pause", first)
+        paused = _counts(thread)
+
+        first.kill()
+        after_kill = (_status(turn_id), _counts(thread), _pending_count(thread))
+        second = worker_start(
+            queue=private_queue(), database_url=current_database_url(),
+            log_path=tmp_path / "second.log",
+            setup="tests.threads.test_actions_e2e:tools_register",
+        )  # fmt: skip
+        second.wait_ready()
+        with tasks_routed_to(second.queue):
+            action = Action.objects.get(thread=thread)
+            assert _respond(api, thread, action, decision="approve").status_code == 200
+            ended = _ended(turn_id, second)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+    assert paused == [1, None, None]
+    assert after_kill == ("waiting_permission", [1, None, None], 1)
+    assert ended == "completed"
+    assert _counts(thread) == [1, 1, 1]  # step_one ran once: replayed, not run again
+    assert _answer(thread) == "Done: step_one #1, step_two #1, step_three #1"
+
+
+def _counts(thread: Thread) -> list[Any]:
+    return [value_get(thread=thread, key=name) for name in ("step_one", "step_two", "step_three")]
+
+
+def _pending_count(thread: Thread) -> int:
+    return Action.objects.filter(thread=thread, status="pending").count()
