@@ -12,6 +12,7 @@ from agents.registry import tool
 from common.errors import DomainError, ValidationFailed
 from tests.threads.runtime.conftest import Engine, prompt, rows
 from threads.models import Action, Event, Message, RunStatus, Thread, Turn
+from threads.runtime.driver import threads_sweep
 from threads.services.actions import ActionResolved, action_respond, actions_expire
 from threads.services.control import thread_stop, turn_cancel
 from threads.services.inbox import message_queue
@@ -655,3 +656,51 @@ def test_the_journaled_helpers_give_a_replay_the_same_values(
     assert result.tool_status == "success", result.content
     assert program_tools["second"] == 1
     assert action.resume["code"]["journal"][1]["value"] * 1000 // 1 == asked_amount
+
+
+def test_a_blocking_subagent_whose_session_waits_for_a_person_frees_its_parent(
+    engine: Engine, refunds: list[float]
+) -> None:
+    engine.define(
+        prompts=[
+            prompt("boss", tools=[{"name": "clerk", "blocking": True}]),
+            prompt("clerk_prompt", tools=[{"name": "refund", "approval": "ask"}]),
+        ],
+        agents=[
+            {"name": "boss", "side_a": {"prompt": "boss"}},
+            {"name": "clerk", "type": "dual_ai", "expose_as_tool": True,
+             "tool_description": "Refunds.", "side_a": {"prompt": "clerk_prompt"},
+             "side_b": {"prompt": "clerk_prompt"}, "max_session_turns": 1},
+        ],
+    )  # fmt: skip
+    parent = engine.thread("boss")
+    engine.script.tool_calls([{"name": "clerk", "arguments": {"message": "refund 500"}}])
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 500}}])
+    engine.script.text("I will hear back.")
+    engine.send(parent, "get a refund")
+
+    engine.drive(parent)
+
+    child = Thread.objects.get(parent=parent)
+    assert child.status == "waiting_permission"
+    result = Message.objects.get(thread=parent, role="tool").content or ""
+    assert "waits for a person's decision (its turn is waiting_permission)" in result
+    assert _turn(parent).status == "completed"  # the parent's turn did not wait
+    assert refunds == []
+
+
+def test_the_sweeper_leaves_a_waiting_turn_alone_and_wakes_an_answered_one(
+    engine: Engine, refunds: list[float], wakes: list[str], settings: Any
+) -> None:
+    settings.THREAD_SWEEP_GRACE_S = 0
+    thread, action = _paused(engine)
+    message_queue(thread=thread, role="user", content="and then?")
+
+    swept_while_waiting = threads_sweep()
+    woken_while_waiting = list(wakes)
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    wakes.clear()  # the answer's own wake-up is lost: the sweeper must find the thread
+    swept_after = threads_sweep()
+
+    assert (swept_while_waiting, woken_while_waiting) == (0, [])
+    assert (swept_after, wakes) == (1, [str(thread.pk)])

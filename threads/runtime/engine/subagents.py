@@ -26,7 +26,7 @@ from agents.providers.base import ToolCall
 from agents.registry import ToolResult
 from common.errors import DomainError
 from common.ids import new_id
-from threads.models import SubagentLink, Thread, Turn, TurnSource
+from threads.models import TURN_PAUSED, SubagentLink, Thread, Turn, TurnSource
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.agent import side_prompt, tool_runner
 from threads.runtime.engine.writes import message_create, stored_role
@@ -232,7 +232,9 @@ def registry_text(thread: Thread) -> str:
 
 def session_await(flow: Flow, link: SubagentLink, child: Thread, turn_id: uuid.UUID) -> ToolResult:
     """Wait for ``child``'s session ``turn_id`` (driving it here when no worker holds it)
-    and answer with its outcome. A stop of this flow cancels that session."""
+    and answer with its outcome. A stop of this flow cancels that session. A session that
+    pauses for a person, or outlasts ``SUBAGENT_WAIT_S``, answers that its result will
+    arrive as a message."""
     deadline = time.monotonic() + settings.SUBAGENT_WAIT_S
     delay = 0.02
     while True:
@@ -251,17 +253,30 @@ def session_await(flow: Flow, link: SubagentLink, child: Thread, turn_id: uuid.U
                 turn_cancel(thread=child, turn=turn)
             outcome_take(link_id=link.pk, turn_id=turn_id, release=True)
             raise FlowAborted
-        if time.monotonic() >= deadline:
+        waiting = _waits_for_a_person(turn_id)
+        if waiting or time.monotonic() >= deadline:
             found = outcome_take(link_id=link.pk, turn_id=turn_id, release=True)
             if found is not None:
                 return _outcome_result(flow, link, child, found)
+            why = (
+                "waits for a person's decision (its turn is " + waiting + ")"
+                if waiting
+                else f"is still working after {settings.SUBAGENT_WAIT_S} s (SUBAGENT_WAIT_S)"
+            )
             return ToolResult(
                 "success", subagent_id=str(child.pk),
-                result=f"Subagent {child.pk} is still working after {settings.SUBAGENT_WAIT_S} "
-                "s (SUBAGENT_WAIT_S); its result will arrive as a message when it finishes.",
+                result=f"Subagent {child.pk} {why}; its result will arrive as a message when "
+                "it finishes.",
             )  # fmt: skip
         flow.execution.abort_signal.wait(delay)
         delay = min(delay * 2, 1.0)
+
+
+def _waits_for_a_person(turn_id: uuid.UUID) -> str:
+    """The status of the child's session turn when it rests on a person's decision (a
+    blocking call does not hold its worker for that), else ""."""
+    status = Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first()
+    return status if status in TURN_PAUSED else ""
 
 
 def _outcome_result(
