@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from threads.models import (
+    Action,
     Log,
     Message,
     TenantEnv,
@@ -41,6 +42,15 @@ class MessageAdmin(ReadOnlyAdmin):
     list_display = ["id", "thread", "seq", "role", "silent", "status", "created_at"]
     list_filter = ["tenant", "role"]
     search_fields = ["thread__id"]
+
+
+@admin.register(Action)
+class ActionAdmin(ReadOnlyAdmin):
+    """What turns wait for a person to decide; answered through the API (respond_action)."""
+
+    list_display = ["id", "thread", "kind", "tool_name", "status", "created_at", "expires_at"]
+    list_filter = ["tenant", "kind", "status"]
+    search_fields = ["id", "thread__id", "tool_name"]
 
 
 @admin.register(Log)
