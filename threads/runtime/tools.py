@@ -55,10 +55,13 @@ class InFlight:
     inputs_asked: int = 0
 
 
-class ActionNeeded(Exception):
+class ActionNeeded(BaseException):
     """A tool call waits for a person (an ``ask`` rule, or ``state.request_input``): the
     flow pauses its turn on an action (:mod:`threads.services.actions`) and a worker
-    resumes it once answered."""
+    resumes it once answered.
+
+    A BaseException, as SystemExit is: control flow that user code (a tool's or a hook's
+    ``except Exception``) must not swallow; only the flow catches it."""
 
     def __init__(
         self, *, kind: str, call: ToolCall, issuer: Message, rule: Rule | None = None,
@@ -189,31 +192,34 @@ class ToolRunner:
         denied = decided
         if denied is None and execute is None and not granted:
             denied = self._permission(call, resolved, issuer, pausable=pausable)
-        if denied is None:
-            self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
-            self.flow.publish(
-                "tool.started", {"tool_call_id": call.id, "name": call.name,
-                                 **self._arguments_or_ref(call, log_id)},
-            )  # fmt: skip
-        started = time.perf_counter()
-        if denied is not None:
-            result = denied
-        elif execute is not None:
-            result = execute()
-        else:
-            result = self._execute(call, resolved, issuer, pausable=pausable)
-        hook = (
-            HookName.AFTER_TOOL_CALL_SUCCESS
-            if result.status == "success"
-            else HookName.AFTER_TOOL_CALL_FAILURE
-        )
-        after = self.hooks.transform(hook, result, call_json(call), keep_none=True)
-        stored: Message | None = None
-        if after is not None:
-            result = tool_result_from(after)
-            result = tool_result_from(
-                self.hooks.transform(HookName.BEFORE_STORE_TOOL_RESULT, result, call_json(call))
+        # From its start to its stored result, the call may wait for a person's input
+        # (state.request_input in the tool or in the hooks around it): it then runs again.
+        with self.flow.tool_call(InFlight(call, issuer, pausable=pausable)):
+            if denied is None:
+                self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
+                self.flow.publish(
+                    "tool.started", {"tool_call_id": call.id, "name": call.name,
+                                     **self._arguments_or_ref(call, log_id)},
+                )  # fmt: skip
+            started = time.perf_counter()
+            if denied is not None:
+                result = denied
+            elif execute is not None:
+                result = execute()
+            else:
+                result = self._execute(call, resolved, issuer)
+            hook = (
+                HookName.AFTER_TOOL_CALL_SUCCESS
+                if result.status == "success"
+                else HookName.AFTER_TOOL_CALL_FAILURE
             )
+            after = self.hooks.transform(hook, result, call_json(call), keep_none=True)
+            stored: Message | None = None
+            if after is not None:
+                result = tool_result_from(after)
+                result = tool_result_from(
+                    self.hooks.transform(HookName.BEFORE_STORE_TOOL_RESULT, result, call_json(call))
+                )
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         with self._writes():
             if after is not None:
@@ -305,7 +311,7 @@ class ToolRunner:
         state = self.flow.tool_state(resolved.config, self.prompt_name)
         try:
             return call_function_tool(resolved.entry, state, arguments)
-        except (FlowAborted, ActionNeeded):
+        except FlowAborted:
             raise
         except DomainError as error:
             return ToolResult.failure(error.message, code=error.code)
@@ -322,7 +328,7 @@ class ToolRunner:
     # Executing -----------------------------------------------------------------------------
 
     def _execute(
-        self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message, *, pausable: bool
+        self, call: ToolCall, resolved: ResolvedTool | None, issuer: Message
     ) -> ToolResult:
         if resolved is None:
             guidance = self.flow.direct_call_guidance(call.name, self.tools)
@@ -338,9 +344,8 @@ class ToolRunner:
         except ArgumentsInvalid as error:
             return ToolResult.failure(error.message, code=error.code)
         try:
-            with self.flow.tool_call(InFlight(call, issuer, pausable=pausable)):
-                return self._dispatch(resolved, call, arguments, issuer)
-        except (FlowAborted, ActionNeeded):
+            return self._dispatch(resolved, call, arguments, issuer)
+        except FlowAborted:
             raise
         except DomainError as error:
             return ToolResult.failure(error.message, code=error.code)

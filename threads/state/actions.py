@@ -36,9 +36,10 @@ class ActionsMixin(StateBase):
 
     def request_input(self, schema: Mapping[str, Any], prompt: str = "") -> dict[str, Any]:
         """Ask a person for structured input (``schema``: a JSON Schema of an object) and
-        return their answer, checked against it. Only in a tool the model's step calls: the
-        turn pauses (``waiting_input``) until the answer comes through respond_action, then
-        the tool runs again from its start and this call returns the answer. Raises
+        return their answer, checked against it. Only in a tool the model's step calls, or a
+        hook around that call: the turn pauses (``waiting_input``) until the answer comes
+        through respond_action, then the call runs again from its start and this returns the
+        answer. Raises
         InputDeclined when the person declined (the tool fails with their reason unless it
         catches it)."""
         if self._flow is None:

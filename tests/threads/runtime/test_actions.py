@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agents.registry import tool
+from agents.registry import HookName, ToolResult, hook, tool
 from common.errors import DomainError, ValidationFailed
 from tests.threads.runtime.conftest import Engine, prompt, rows
 from threads.models import Action, Event, Message, RunStatus, Thread, Turn
@@ -704,3 +704,57 @@ def test_the_sweeper_leaves_a_waiting_turn_alone_and_wakes_an_answered_one(
 
     assert (swept_while_waiting, woken_while_waiting) == (0, [])
     assert (swept_after, wakes) == (1, [str(thread.pk)])
+
+
+def test_a_hook_around_a_tool_call_may_ask_for_input_and_the_call_runs_again(
+    engine: Engine,
+) -> None:
+    @hook(HookName.AFTER_TOOL_CALL_SUCCESS, id="confirm")
+    def confirm(state: ThreadState, call: dict[str, Any], result: ToolResult, context: Any) -> Any:
+        answer = state.request_input(
+            {"type": "object", "properties": {"keep": {"type": "boolean"}}}, "Keep the result?"
+        )
+        return result if answer.get("keep") else ToolResult.failure("the person threw it away")
+
+    engine.define(
+        prompts=[prompt("helper", hooks=["confirm"], tools=["echo"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.tool_calls([{"name": "echo", "arguments": {"text": "hi"}}]).text("Done.")
+    engine.send(thread, "go")
+    engine.drive(thread)
+    asked = _pending(thread)
+
+    action_respond(thread=thread, action_id=asked.pk,
+                   body={"decision": "answer", "data": {"keep": False}})  # fmt: skip
+    engine.drive(thread)
+
+    assert asked.prompt == "Keep the result?"
+    assert engine.tool_calls == [("echo", "hi"), ("echo", "hi")]  # the call ran again
+    assert rows(thread)[2][2] == "Failed to execute tool: the person threw it away"
+
+
+def test_a_tool_that_catches_every_exception_still_pauses(engine: Engine) -> None:
+    swallowed: list[str] = []
+
+    @tool(description="Careless.")
+    def careless(state: Any) -> str:
+        try:
+            answer = state.request_input({"type": "object"}, "Anything?")
+        except Exception as error:  # a pause is not an error: it is not caught here
+            swallowed.append(str(error))
+            return "swallowed"
+        return f"got {answer}"
+
+    engine.define(
+        prompts=[prompt("helper", tools=["careless"])],
+        agents=[{"name": "helper", "side_a": {"prompt": "helper"}}],
+    )
+    thread = engine.thread("helper")
+    engine.script.tool_calls([{"name": "careless", "arguments": {}}]).text("Done.")
+    engine.send(thread, "go")
+    engine.drive(thread)
+
+    assert swallowed == []
+    assert thread.status == "waiting_input"

@@ -265,7 +265,8 @@ class Flow:
         if calling is None or not calling.pausable:
             raise DomainError(
                 "request_input needs a tool call of a model step, which can wait for a "
-                "person (not a hook, a queued tool or a subprompt's call)"
+                "person (a tool, or a hook around its call; not a queued tool, a subprompt's "
+                "call or another hook)"
             )
         problems = check_schema(schema)
         if problems or not isinstance(schema, Mapping) or schema.get("type") != "object":
