@@ -110,6 +110,8 @@ def test_respond_approves_and_the_turn_runs_on(
         ({"decision": "answer", "data": {}}, "decision"),
         ({"decision": "approve", "extra": 1}, "extra"),
         ({}, "decision"),
+        ({"decision": {}, "reason": "0", "arguments": {}, "data": {}}, "decision"),
+        ({"decision": ["approve"]}, "decision"),
         ([1, 2], None),
     ],
 )
@@ -186,3 +188,34 @@ def test_an_action_is_found_only_under_its_own_thread(
     assert api.post(_url(other, action), {"decision": "approve"}, format="json").status_code == 404
     action.refresh_from_db()
     assert action.status == "pending"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"decision": "deny", "reason": "no\x00pe"},
+        {"decision": "edit", "arguments": {"amount": 1, "note\x00": "x"}},
+    ],
+)
+def test_an_answer_postgresql_cannot_store_is_a_400(
+    api: APIClient, paused: tuple[Thread, Action], body: Any
+) -> None:
+    thread, action = paused
+
+    response = api.post(_url(thread, action), body, format="json")
+
+    assert response.status_code == 400, response.json()
+    action.refresh_from_db()
+    assert action.status == "pending"
+
+
+def test_an_answer_with_a_number_json_cannot_hold_is_a_400(
+    api: APIClient, paused: tuple[Thread, Action]
+) -> None:
+    thread, action = paused
+    body = '{"decision": "edit", "arguments": {"amount": 1e400}}'  # parses as infinity
+
+    response = api.post(_url(thread, action), data=body, content_type="application/json")
+
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["field"] == "arguments.amount"

@@ -24,6 +24,7 @@ from django.db.models import QuerySet
 
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import Conflict, DomainError, NotFound, ValidationFailed
+from common.payloads import payload_check
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import Action, ActionKind, ActionStatus, Message, Thread, Turn
@@ -227,8 +228,9 @@ def _answer_of(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
             f"unknown field {unknown[0]!r} (known: {', '.join(known)})", field=unknown[0]
         )
     decision = body.get("decision")
-    if decision not in _RESOLVED:
+    if not isinstance(decision, str) or decision not in _RESOLVED:
         raise ValidationFailed(f"decision must be one of {', '.join(_RESOLVED)}", field="decision")
+    payload_check(body)  # what JSON in PostgreSQL cannot hold (NUL characters, depth)
     response: dict[str, Any] = {"decision": decision}
     reason = body.get("reason")
     if reason is not None:
