@@ -6,6 +6,7 @@ from celery import shared_task
 
 from threads.runtime.driver import thread_drive, threads_sweep
 from threads.services.actions import actions_expire
+from threads.services.effects import FIRE_TASK, effect_fire, effects_prune, effects_sweep
 from threads.services.wakeups import DRIVE_TASK
 
 
@@ -27,3 +28,21 @@ def sweep_threads() -> int:
 def expire_actions() -> int:
     """Beat: resolve the actions nobody answered in time (their turns resume)."""
     return actions_expire()
+
+
+@shared_task(name=FIRE_TASK, ignore_result=True)
+def fire_effect(effect_id: str) -> str | None:
+    """Run a scheduled effect once it is due (a duplicate delivery is a no-op)."""
+    return effect_fire(effect_id)
+
+
+@shared_task(name="threads.sweep_effects", ignore_result=True)
+def sweep_effects() -> int:
+    """Beat: deliver effects falling due that have no delivery, and those whose was lost."""
+    return effects_sweep()
+
+
+@shared_task(name="threads.prune_effects", ignore_result=True)
+def prune_effects() -> int:
+    """Beat: drop effect history past its retention."""
+    return effects_prune()

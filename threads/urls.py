@@ -4,6 +4,7 @@ from common.api import Router
 from threads.api import (
     actions,
     code,
+    effects,
     endpoints,
     env,
     events,
@@ -31,6 +32,7 @@ thread_routes = [
     *turns.urlpatterns,
     *subagents.urlpatterns,
     *actions.urlpatterns,
+    *effects.urlpatterns,
 ]
 
 urlpatterns = [

@@ -239,6 +239,23 @@ def action_sweep_interval_s() -> int:
     return _positive("ACTION_SWEEP_INTERVAL_S", 15)
 
 
+def effect_eta_horizon_s() -> int:
+    """Effects due within this many seconds get a broker message with an ETA when scheduled;
+    later ones are sent by the sweep as they fall due (below the broker's visibility
+    timeout, so a held message is never delivered twice for that reason)."""
+    return _positive("EFFECT_ETA_HORIZON_S", 600)
+
+
+def effect_sweep_interval_s() -> float:
+    """How often beat sends the effects that fall due and re-sends those past due."""
+    return float(_positive("EFFECT_SWEEP_INTERVAL_S", 1))
+
+
+def effect_sweep_grace_s() -> float:
+    """An effect this many seconds past its deadline lost its delivery: the sweep sends it."""
+    return float(_positive("EFFECT_SWEEP_GRACE_S", 2))
+
+
 def sandbox_pool_size() -> int:
     """Warm QuickJS runner processes per web or worker process (run_code, code tools)."""
     return _positive("SANDBOX_POOL_SIZE", 2)

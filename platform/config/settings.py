@@ -194,9 +194,15 @@ THREAD_SWEEP_GRACE_S = env.thread_sweep_grace_s()
 # often beat resolves the expired ones.
 ACTION_TTL_S = env.action_ttl_s()
 ACTION_SWEEP_INTERVAL_S = env.action_sweep_interval_s()
+# Scheduled effects (threads.services.effects): the ETA horizon and the sweep.
+EFFECT_ETA_HORIZON_S = env.effect_eta_horizon_s()
+EFFECT_SWEEP_INTERVAL_S = env.effect_sweep_interval_s()
+EFFECT_SWEEP_GRACE_S = env.effect_sweep_grace_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
     "expire-actions": {"task": "threads.expire_actions", "schedule": ACTION_SWEEP_INTERVAL_S},
+    "sweep-effects": {"task": "threads.sweep_effects", "schedule": EFFECT_SWEEP_INTERVAL_S},
+    "prune-effects": {"task": "threads.prune_effects", "schedule": 3600.0},
 }
 # Flows one tenant may run at once per worker process (threads.runtime.driver); the rest of
 # its threads wait, queued, for the sweeper to wake them again.

@@ -39,7 +39,7 @@ from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_tenant, make_thread
 from tests.support import current_database_url, server_warm_up
 from tests.worker import private_queue, queue_delete, tasks_routed_to
-from threads.models import Action, Thread, VariableRequest
+from threads.models import Action, ScheduledEffect, Thread, VariableRequest
 from threads.services.control import turn_cancel
 from threads.services.env import tenant_env_set, thread_env_set
 from threads.services.files import file_write
@@ -76,6 +76,7 @@ class World:
     other_key: str
     rule: str
     action: str
+    effect: str
 
 
 def _world() -> World:
@@ -97,6 +98,10 @@ def _world() -> World:
         schema={"type": "object", "properties": {"amount": {"type": "number"}}},
         expires_at=now_us() + 3_600_000_000,
     )  # fmt: skip
+    effect = ScheduledEffect.objects.create(
+        tenant=tenant, thread=thread, name="remind", args={"text": "tea"},
+        scheduled_at=now_us() + 3_600_000_000,
+    )  # fmt: skip
     return World(
         key=make_api_key(tenant, role=Role.ADMIN).secret,
         thread=str(thread.pk),
@@ -108,6 +113,7 @@ def _world() -> World:
         other_key=str(make_api_key(tenant, name="other", role=Role.MEMBER).api_key.id),
         rule=str(PermissionRule.objects.create(tenant=tenant, tool="refund", decision="deny").id),
         action=str(action.pk),
+        effect=str(effect.pk),
     )
 
 
@@ -167,6 +173,7 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         "request_id": world.request,
         "turn_id": turn,
         "action_id": world.action,
+        "effect_id": world.effect,
     }
     return {f"path.{name}": values[name] for name in values if "{" + name + "}" in path}
 

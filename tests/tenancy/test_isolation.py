@@ -31,6 +31,7 @@ from threads.models import (
     IdempotencyKey,
     Log,
     Message,
+    ScheduledEffect,
     SubagentLink,
     Thread,
     ThreadEnv,
@@ -140,6 +141,16 @@ def _owned_action(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(thread.id), "action_id": str(action.pk)}
 
 
+def _owned_effect(tenant: Tenant) -> dict[str, str]:
+    """A pending effect of the tenant's thread."""
+    thread = make_thread(tenant)
+    row = ScheduledEffect.objects.create(
+        tenant=tenant, thread=thread, name="remind", args={"private": True},
+        scheduled_at=now_us() + 3_600_000_000,
+    )  # fmt: skip
+    return {"thread_id": str(thread.id), "effect_id": str(row.pk)}
+
+
 def _owned_children(tenant: Tenant) -> dict[str, str]:
     """A parent thread with one registry entry (its child's id must not leak)."""
     parent = make_thread(tenant)
@@ -180,6 +191,10 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-variables": _owned_variable_request,
     "thread-actions": _owned_thread,
     "thread-action": _owned_action,
+    "thread-effects": _owned_thread,
+    "thread-effect": _owned_effect,
+    "thread-effect-run": _owned_effect,
+    "thread-effect-replay": _owned_effect,
     "turn-detail": _owned_turn,
     "turn-cancel": _owned_turn,
     "turn-promote": _owned_turn,
@@ -221,6 +236,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(IdempotencyKey.objects.for_tenant(tenant).values()),
         list(VariableRequest.objects.for_tenant(tenant).values()),
         list(Action.objects.for_tenant(tenant).values()),
+        list(ScheduledEffect.objects.for_tenant(tenant).values()),
         list(SubagentLink.objects.for_tenant(tenant).values()),
     )
 

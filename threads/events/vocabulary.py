@@ -279,10 +279,15 @@ class FileChanged(TypedDict):
 
 
 class EffectChanged(TypedDict):
-    """An effect was scheduled, removed, ran or failed (reserved for the effects runner)."""
+    """A scheduled effect was scheduled (or replayed: ``replayed_from``), removed, ran, or
+    failed (``error``); ``status`` is its row's (threads.services.effects)."""
 
     id: str
     name: str
+    status: str
+    scheduled_at: NotRequired[int]
+    replayed_from: NotRequired[str]
+    error: NotRequired[str]
 
 
 class SubagentChanged(TypedDict):

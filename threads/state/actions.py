@@ -1,17 +1,21 @@
 """``ThreadState``'s actions on the flow and beyond: custom events, queued and invoked
-tools, code in the sandbox, terminate and ``stop_session``; effects raise NotAvailable until
-that part of the platform exists."""
+tools, scheduled effects, a person's input, code in the sandbox, terminate and
+``stop_session``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from common.errors import DomainError, NotAvailable
+from django.core.exceptions import ValidationError
+
+from common.errors import DomainError, NotAvailable, NotFound
 from threads.events import publish
+from threads.models import EffectStatus
 from threads.runtime.invoke import tool_invoke
 from threads.services.code import code_run
 from threads.services.control import thread_terminate
+from threads.services.effects import effect_cancel, effect_schedule, effects_of, pending_json
 from threads.services.inbox import tool_queue
 from threads.services.subagents import StopSession
 from threads.state.base import StateBase
@@ -19,10 +23,6 @@ from threads.state.base import StateBase
 if TYPE_CHECKING:
     from sandbox import CodeExecution
     from threads.state.thread_state import ThreadState
-
-
-def _engine_only(method: str, issue: str) -> NotAvailable:
-    return NotAvailable(f"ThreadState.{method} needs the {issue}, which this deployment lacks")
 
 
 class ActionsMixin(StateBase):
@@ -49,7 +49,7 @@ class ActionsMixin(StateBase):
             )
         return self._flow.request_input(schema, prompt)
 
-    # Engine-backed (later) -----------------------------------------------------------
+    # Tools and effects ---------------------------------------------------------------
 
     def queue_tool(self, name: str, args: Mapping[str, Any] | None = None) -> None:
         """During execution: run after the current step's tool calls. At rest: starts a
@@ -66,13 +66,29 @@ class ActionsMixin(StateBase):
         return tool_invoke(state=cast("ThreadState", self), name=name, args=dict(args or {}))
 
     def schedule_effect(self, name: str, args: Any = None, delay_ms: int = 0) -> str:
-        raise _engine_only("schedule_effect", "effects runner")
+        """Run registry effect ``name`` with ``args`` in ``delay_ms`` milliseconds (spec
+        Threads §5); returns its id. Unknown names and arguments that do not match the
+        effect's schema are refused now (ValidationFailed)."""
+        row = effect_schedule(
+            thread=self._thread, name=name, args=args, delay_ms=delay_ms, outbox=self.outbox
+        )
+        return str(row.pk)
 
     def get_scheduled_effects(self, name: str | None = None) -> list[dict[str, Any]]:
-        raise _engine_only("get_scheduled_effects", "effects runner")
+        """The thread's pending effects, soonest first (``name``: only those):
+        ``{id, name, args, scheduledAt, createdAt}`` (µs)."""
+        rows = effects_of(thread=self._thread, name=name, status=EffectStatus.PENDING)
+        return pending_json(list(rows))
 
     def remove_scheduled_effect(self, effect_id: str) -> bool:
-        raise _engine_only("remove_scheduled_effect", "effects runner")
+        """Cancel a pending effect (``agent_canceled``); False when there is none to cancel
+        (unknown, already ran, runs now, or cancelled)."""
+        try:
+            return (
+                effect_cancel(thread=self._thread, effect_id=effect_id, by_agent=True) is not None
+            )
+        except (NotFound, ValidationError, ValueError):
+            return False
 
     def run_code(self, source: str, options: Mapping[str, Any] | None = None) -> CodeExecution:
         """Run ``source`` in a fresh QuickJS sandbox (spec runtime §13, DIGEST §17); returns the

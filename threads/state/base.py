@@ -34,6 +34,11 @@ class StateBase:
         self._prompt_name = prompt_name
         self._not_packable_runtime_context: dict[str, Any] | None = None
         self._flow: Flow | None = None  # set by the engine for tools and hooks of a flow
+        # Merged into the metadata of every message this state injects or queues (an
+        # effect's handler: ``{"scheduled_effect": {id, name}}``, DIGEST §9).
+        self.message_metadata: dict[str, Any] = {}
+        # The source of the turns its queued messages start (an effect's: ``effect``).
+        self.queue_source: str = "queue_message"
 
     @property
     def thread(self) -> Thread:

@@ -52,7 +52,8 @@ class MessagesMixin(StateBase):
         content, metadata and silent, and its error prevents the insert (spec §8)."""
         hooks = thread_hooks(cast("ThreadState", self))
         proposed: dict[str, Any] = {"role": role, "content": content, "silent": silent,
-                                    "metadata": dict(metadata or {})}  # fmt: skip
+                                    "metadata": {**self.message_metadata,
+                                                 **(metadata or {})}}  # fmt: skip
         changed = hooks.transform_strict(HookName.BEFORE_CREATE_MESSAGE, proposed)
         if isinstance(changed, Mapping):
             proposed.update({key: changed[key] for key in ("content", "silent", "metadata")
@@ -107,7 +108,8 @@ class MessagesMixin(StateBase):
         flow = self._flow
         turn = message_queue(
             thread=self._thread, role=role, content=content, attachments=list(attachments),
-            silent=silent, metadata=metadata, source=TurnSource.QUEUE_MESSAGE,
+            silent=silent, metadata={**self.message_metadata, **(metadata or {})},
+            source=self.queue_source if flow is None else TurnSource.QUEUE_MESSAGE,
             host=flow.turn if flow is not None else None, outbox=self.outbox,
         )  # fmt: skip
         if flow is not None:
