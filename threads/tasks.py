@@ -5,8 +5,10 @@ from __future__ import annotations
 from celery import shared_task
 
 from threads.runtime.driver import thread_drive, threads_sweep
+from threads.runtime.effects import effect_fire
+from threads.runtime.schedules import schedules_fire
 from threads.services.actions import actions_expire
-from threads.services.effects import FIRE_TASK, effect_fire, effects_prune, effects_sweep
+from threads.services.effects import FIRE_TASK, effects_prune, effects_sweep
 from threads.services.wakeups import DRIVE_TASK
 
 
@@ -46,3 +48,9 @@ def sweep_effects() -> int:
 def prune_effects() -> int:
     """Beat: drop effect history past its retention."""
     return effects_prune()
+
+
+@shared_task(name="threads.fire_schedules", ignore_result=True)
+def fire_schedules() -> int:
+    """Beat: run the recurring schedules that are due, once each."""
+    return schedules_fire()

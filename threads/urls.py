@@ -15,10 +15,12 @@ from threads.api import (
     turns,
     values,
 )
+from threads.api.schedules import ScheduleViewSet
 from threads.api.threads import ThreadViewSet
 
 router = Router()
 router.register("threads", ThreadViewSet, basename="thread")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 thread_routes = [
     *messages.urlpatterns,

@@ -203,6 +203,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-actions": {"task": "threads.expire_actions", "schedule": ACTION_SWEEP_INTERVAL_S},
     "sweep-effects": {"task": "threads.sweep_effects", "schedule": EFFECT_SWEEP_INTERVAL_S},
     "prune-effects": {"task": "threads.prune_effects", "schedule": 3600.0},
+    "fire-schedules": {"task": "threads.fire_schedules", "schedule": EFFECT_SWEEP_INTERVAL_S},
 }
 # Flows one tenant may run at once per worker process (threads.runtime.driver); the rest of
 # its threads wait, queued, for the sweeper to wake them again.

@@ -20,11 +20,12 @@ from common.time import now_us
 from tenancy.models import Role, Tenant
 from tests.factories import make_thread
 from threads.models import Event, Message, ScheduledEffect, Thread, Turn
+from threads.runtime import effects as firing_module
+from threads.runtime.effects import effect_fire
 from threads.services import effects as effects_module
 from threads.services.effects import (
     KEEP_PER_THREAD,
     effect_cancel,
-    effect_fire,
     effect_schedule,
     effects_prune,
     effects_sweep,
@@ -80,7 +81,8 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """Advance the effects' clock by some microseconds (nothing sleeps)."""
     offset = [0]
-    monkeypatch.setattr(effects_module, "now_us", lambda: now_us() + offset[0])
+    for module in (effects_module, firing_module):
+        monkeypatch.setattr(module, "now_us", lambda: now_us() + offset[0])
 
     def advance(us: int) -> None:
         offset[0] += us

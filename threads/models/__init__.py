@@ -7,6 +7,7 @@ well as ``thread`` so that scoping never depends on a join.
 
 from threads.models.actions import Action, ActionKind, ActionStatus
 from threads.models.events import Event, EventCounter
+from threads.models.schedules import Schedule, ScheduleAction
 from threads.models.statuses import (
     THREAD_REST,
     TURN_ACTIVE,
@@ -45,6 +46,8 @@ __all__ = [
     "MessageRole",
     "MessageStatus",
     "RunStatus",
+    "Schedule",
+    "ScheduleAction",
     "ScheduledEffect",
     "SubagentLink",
     "TenantEnv",

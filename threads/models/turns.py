@@ -29,7 +29,8 @@ class TurnSource(models.TextChoices):
     QUEUE_MESSAGE = "queue_message"  # state.queue_message
     QUEUE_TOOL = "queue_tool"  # state.queue_tool at rest
     CONTINUE = "continue"  # POST .../continue
-    EFFECT = "effect"
+    EFFECT = "effect"  # an effect's handler queued a message
+    SCHEDULE = "schedule"  # a recurring schedule's run
     SUBAGENT = "subagent"  # a child's result, failure or notification; a parent's message
     IMMEDIATE = "immediate"  # a new thread's immediate subagents
 

@@ -5,12 +5,8 @@ sends ``threads.fire_effect`` with an ETA when the deadline is near (within
 ``EFFECT_ETA_HORIZON_S``); beat's ``sweep_effects`` sends it for every row past its deadline
 that no delivery fired (a lost message, a worker crash, a deadline beyond the horizon).
 
-``effect_fire`` runs one effect **exactly once**: one transaction claims the row
-(``FOR UPDATE SKIP LOCKED``: a duplicate delivery skips it), runs the handler with an at-rest
-``ThreadState`` and records the outcome. A worker that dies mid-handler rolls everything back
-and the row is pending again for the sweep; a handler that raises leaves nothing of what it
-wrote and a ``failed`` row with the error (no automatic retry). While a handler runs, its row
-is locked, and reads show it ``processing``.
+``threads.runtime.effects.effect_fire`` runs one effect exactly once. While a handler runs,
+its row is locked, and reads show it ``processing``.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from common.outages import OUTAGE_ERRORS
 from common.payloads import payload_check
 from common.time import now_us
 from threads.events import Outbox, publish
-from threads.models import EffectStatus, ScheduledEffect, Thread, TurnSource
+from threads.models import EffectStatus, ScheduledEffect, Thread
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +79,8 @@ def effect_json(row: ScheduledEffect, *, processing: bool = False) -> dict[str, 
     }
 
 
-def _event(row: ScheduledEffect, **extra: Any) -> dict[str, Any]:
+def effect_event(row: ScheduledEffect, **extra: Any) -> dict[str, Any]:
+    """The payload of the ``effect.*`` events."""
     return {"id": str(row.pk), "name": row.name, "status": row.status, **extra}
 
 
@@ -115,7 +112,7 @@ def effect_schedule(
             tenant_id=thread.tenant_id, thread=thread, name=name, args=args,
             scheduled_at=now + int(delay_ms * 1000), created_at=now,
         )  # fmt: skip
-        publish(thread, "effect.scheduled", _event(row, scheduled_at=row.scheduled_at),
+        publish(thread, "effect.scheduled", effect_event(row, scheduled_at=row.scheduled_at),
                 outbox=outbox)  # fmt: skip
         _deliver_on_commit(row)
     return row
@@ -218,7 +215,7 @@ def effect_cancel(*, thread: Thread, effect_id: Any, by_agent: bool) -> Schedule
             return None
         row.status, row.completed_at = status, now_us()
         row.save(update_fields=["status", "completed_at"])
-        publish(thread, "effect.removed", _event(row))
+        publish(thread, "effect.removed", effect_event(row))
     return row
 
 
@@ -260,64 +257,13 @@ def effect_replay(*, thread: Thread, effect_id: Any) -> ScheduledEffect:
         publish(
             thread,
             "effect.scheduled",
-            _event(row, scheduled_at=row.scheduled_at, replayed_from=str(original.pk)),
+            effect_event(row, scheduled_at=row.scheduled_at, replayed_from=str(original.pk)),
         )
         _deliver_on_commit(row)
     return row
 
 
-# Firing -------------------------------------------------------------------------------------
-
-
-def effect_fire(effect_id: Any) -> str | None:
-    """Run effect ``effect_id`` if it is pending and due: claim, handler and outcome commit
-    as one transaction. Returns its new status, or None when there was nothing to do (not
-    due yet, not pending, or another delivery runs it now)."""
-    with transaction.atomic():
-        row = (
-            ScheduledEffect.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("thread__tenant")
-            .filter(pk=effect_id, status=EffectStatus.PENDING, scheduled_at__lte=now_us())
-            .first()
-        )
-        if row is None:
-            return None
-        row.attempts += 1
-        thread = row.thread
-        error = _handler_run(row, thread)
-        row.status = EffectStatus.FAILED if error else EffectStatus.COMPLETED
-        row.error, row.completed_at = error[:10_000], now_us()
-        row.save(update_fields=["status", "error", "completed_at", "attempts"])
-        if error:
-            publish(thread, "effect.failed", _event(row, error=row.error))
-        else:
-            publish(thread, "effect.completed", _event(row))
-    return str(row.status)
-
-
-def _handler_run(row: ScheduledEffect, thread: Thread) -> str:
-    """Run the row's handler in a savepoint; "" when it succeeded, else the error (and what
-    it wrote is rolled back)."""
-    from threads.state import ThreadState  # the state uses the services, not the reverse
-
-    try:
-        entry = effect_entry(thread=thread, name=row.name)
-        parsed = entry.parse_args(row.args)
-    except (ValidationFailed, ArgumentsInvalid) as error:
-        return f"{type(error).__name__}: {error.message}"
-    state = ThreadState(thread)
-    state.message_metadata = {"scheduled_effect": {"id": str(row.pk), "name": row.name}}
-    state.queue_source = TurnSource.EFFECT
-    try:
-        with transaction.atomic():
-            if entry.args_schema is None and entry.pydantic_model is None:
-                entry.function(state)
-            else:
-                entry.function(state, parsed)
-    except Exception as error:  # the handler's bug is the effect's failure, never the worker's
-        logger.info("effect %s (%s) failed: %s", row.pk, row.name, error)
-        return f"{type(error).__name__}: {error}"
-    return ""
+# The sweep and retention ---------------------------------------------------------------
 
 
 def effects_sweep() -> int:
