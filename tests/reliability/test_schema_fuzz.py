@@ -39,7 +39,7 @@ from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_tenant, make_thread
 from tests.support import current_database_url, server_warm_up
 from tests.worker import private_queue, queue_delete, tasks_routed_to
-from threads.models import Action, ScheduledEffect, Thread, VariableRequest
+from threads.models import Action, Schedule, ScheduledEffect, Thread, VariableRequest
 from threads.services.control import turn_cancel
 from threads.services.env import tenant_env_set, thread_env_set
 from threads.services.files import file_write
@@ -77,6 +77,7 @@ class World:
     rule: str
     action: str
     effect: str
+    schedule: str
 
 
 def _world() -> World:
@@ -102,6 +103,10 @@ def _world() -> World:
         tenant=tenant, thread=thread, name="remind", args={"text": "tea"},
         scheduled_at=now_us() + 3_600_000_000,
     )  # fmt: skip
+    schedule = Schedule.objects.create(
+        tenant=tenant, thread=thread, cron="0 9 * * *", action="turn",
+        input={"content": "hello"}, next_run_at=now_us() + 3_600_000_000,
+    )  # fmt: skip
     return World(
         key=make_api_key(tenant, role=Role.ADMIN).secret,
         thread=str(thread.pk),
@@ -114,6 +119,7 @@ def _world() -> World:
         rule=str(PermissionRule.objects.create(tenant=tenant, tool="refund", decision="deny").id),
         action=str(action.pk),
         effect=str(effect.pk),
+        schedule=str(schedule.pk),
     )
 
 
@@ -164,6 +170,8 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         if path.startswith("/api/v1/api-keys/")
         else world.rule
         if path.startswith("/api/v1/permission-rules/")
+        else world.schedule
+        if path.startswith("/api/v1/schedules/")
         else world.thread,
         "name": next((name for prefix, name in NAMES.items() if path.startswith(prefix)), ""),
         "message_id": world.message,

@@ -31,6 +31,7 @@ from threads.models import (
     IdempotencyKey,
     Log,
     Message,
+    Schedule,
     ScheduledEffect,
     SubagentLink,
     Thread,
@@ -151,6 +152,17 @@ def _owned_effect(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(thread.id), "effect_id": str(row.pk)}
 
 
+def _owned_schedule(tenant: Tenant) -> str:
+    """A schedule of the tenant's thread."""
+    thread = make_thread(tenant)
+    return str(
+        Schedule.objects.create(
+            tenant=tenant, thread=thread, cron="0 9 * * *", action="turn",
+            input={"content": "private"}, next_run_at=now_us() + 3_600_000_000,
+        ).pk
+    )  # fmt: skip
+
+
 def _owned_children(tenant: Tenant) -> dict[str, str]:
     """A parent thread with one registry entry (its child's id must not leak)."""
     parent = make_thread(tenant)
@@ -207,6 +219,9 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "agent-detail": _owned_definition("helper"),
     "code-tool-detail": _owned_definition("tally_words"),
     "permission-rule-detail": lambda tenant: {"pk": _owned_permission_rule(tenant)},
+    "schedule-detail": lambda tenant: {"pk": _owned_schedule(tenant)},
+    "schedule-pause": lambda tenant: {"pk": _owned_schedule(tenant)},
+    "schedule-resume": lambda tenant: {"pk": _owned_schedule(tenant)},
 }
 
 
@@ -237,6 +252,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(VariableRequest.objects.for_tenant(tenant).values()),
         list(Action.objects.for_tenant(tenant).values()),
         list(ScheduledEffect.objects.for_tenant(tenant).values()),
+        list(Schedule.objects.for_tenant(tenant).values()),
         list(SubagentLink.objects.for_tenant(tenant).values()),
     )
 
