@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from threads.events.webhooks import DELIVER_TASK
 from threads.runtime.driver import thread_drive, threads_sweep
 from threads.runtime.effects import effect_fire
 from threads.runtime.schedules import schedules_fire
 from threads.services.actions import actions_expire
 from threads.services.effects import FIRE_TASK, effects_prune, effects_sweep
 from threads.services.wakeups import DRIVE_TASK
+from threads.services.webhooks import webhook_deliver, webhooks_sweep
 
 
 @shared_task(name=DRIVE_TASK, ignore_result=True)
@@ -54,3 +56,15 @@ def prune_effects() -> int:
 def fire_schedules() -> int:
     """Beat: run the recurring schedules that are due, once each."""
     return schedules_fire()
+
+
+@shared_task(name=DELIVER_TASK, ignore_result=True)
+def deliver_webhook(delivery_id: str) -> str | None:
+    """One attempt of a webhook delivery (a duplicate finds it taken)."""
+    return webhook_deliver(delivery_id)
+
+
+@shared_task(name="threads.sweep_webhooks", ignore_result=True)
+def sweep_webhooks() -> int:
+    """Beat: re-send webhook deliveries whose message or worker was lost."""
+    return webhooks_sweep()

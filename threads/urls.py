@@ -17,10 +17,12 @@ from threads.api import (
 )
 from threads.api.schedules import ScheduleViewSet
 from threads.api.threads import ThreadViewSet
+from threads.api.webhooks import WebhookViewSet
 
 router = Router()
 router.register("threads", ThreadViewSet, basename="thread")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("webhooks", WebhookViewSet, basename="webhook")
 
 thread_routes = [
     *messages.urlpatterns,

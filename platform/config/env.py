@@ -21,7 +21,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -254,6 +254,35 @@ def effect_sweep_interval_s() -> float:
 def effect_sweep_grace_s() -> float:
     """An effect this many seconds past its deadline lost its delivery: the sweep sends it."""
     return float(_positive("EFFECT_SWEEP_GRACE_S", 2))
+
+
+def webhook_settings() -> dict[str, Any]:
+    """Webhooks (threads.services.webhooks): how URLs may look and where they may lead, the
+    attempt timeout, the retries (exponential from a base, capped, jittered) and when an
+    endpoint that keeps failing is disabled, how long a rotated secret keeps signing, and
+    how long subscriptions are cached per process."""
+    return {
+        "WEBHOOK_ALLOW_HTTP": _bool("WEBHOOK_ALLOW_HTTP", False),
+        "WEBHOOK_ALLOW_PRIVATE_NETWORKS": _bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", False),
+        "WEBHOOK_TIMEOUT_S": _positive("WEBHOOK_TIMEOUT_S", 10),
+        "WEBHOOK_MAX_ATTEMPTS": _positive("WEBHOOK_MAX_ATTEMPTS", 8),
+        "WEBHOOK_RETRY_BASE_S": _positive_float("WEBHOOK_RETRY_BASE_S", 5.0),
+        "WEBHOOK_RETRY_MAX_S": _positive("WEBHOOK_RETRY_MAX_S", 3600),
+        "WEBHOOK_DISABLE_AFTER": _positive("WEBHOOK_DISABLE_AFTER", 20),
+        "WEBHOOK_SECRET_OVERLAP_S": _positive("WEBHOOK_SECRET_OVERLAP_S", 86_400),
+        "WEBHOOK_CACHE_S": _positive_float("WEBHOOK_CACHE_S", 2.0),
+    }
+
+
+def _positive_float(name: str, default: float) -> float:
+    raw = _get(name) or str(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ImproperlyConfigured(f"{name} must be a positive number, got {raw!r}")
+    return value
 
 
 def sandbox_pool_size() -> int:

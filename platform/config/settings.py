@@ -198,12 +198,24 @@ ACTION_SWEEP_INTERVAL_S = env.action_sweep_interval_s()
 EFFECT_ETA_HORIZON_S = env.effect_eta_horizon_s()
 EFFECT_SWEEP_INTERVAL_S = env.effect_sweep_interval_s()
 EFFECT_SWEEP_GRACE_S = env.effect_sweep_grace_s()
+# Webhooks (threads.services.webhooks; env.webhook_settings says what each is).
+_webhooks = env.webhook_settings()
+WEBHOOK_ALLOW_HTTP: bool = _webhooks["WEBHOOK_ALLOW_HTTP"]
+WEBHOOK_ALLOW_PRIVATE_NETWORKS: bool = _webhooks["WEBHOOK_ALLOW_PRIVATE_NETWORKS"]
+WEBHOOK_TIMEOUT_S: int = _webhooks["WEBHOOK_TIMEOUT_S"]
+WEBHOOK_MAX_ATTEMPTS: int = _webhooks["WEBHOOK_MAX_ATTEMPTS"]
+WEBHOOK_RETRY_BASE_S: float = _webhooks["WEBHOOK_RETRY_BASE_S"]
+WEBHOOK_RETRY_MAX_S: int = _webhooks["WEBHOOK_RETRY_MAX_S"]
+WEBHOOK_DISABLE_AFTER: int = _webhooks["WEBHOOK_DISABLE_AFTER"]
+WEBHOOK_SECRET_OVERLAP_S: int = _webhooks["WEBHOOK_SECRET_OVERLAP_S"]
+WEBHOOK_CACHE_S: float = _webhooks["WEBHOOK_CACHE_S"]
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
     "expire-actions": {"task": "threads.expire_actions", "schedule": ACTION_SWEEP_INTERVAL_S},
     "sweep-effects": {"task": "threads.sweep_effects", "schedule": EFFECT_SWEEP_INTERVAL_S},
     "prune-effects": {"task": "threads.prune_effects", "schedule": 3600.0},
     "fire-schedules": {"task": "threads.fire_schedules", "schedule": EFFECT_SWEEP_INTERVAL_S},
+    "sweep-webhooks": {"task": "threads.sweep_webhooks", "schedule": EFFECT_SWEEP_INTERVAL_S},
 }
 # Flows one tenant may run at once per worker process (threads.runtime.driver); the rest of
 # its threads wait, queued, for the sweeper to wake them again.

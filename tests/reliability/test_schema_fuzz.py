@@ -39,7 +39,14 @@ from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_tenant, make_thread
 from tests.support import current_database_url, server_warm_up
 from tests.worker import private_queue, queue_delete, tasks_routed_to
-from threads.models import Action, Schedule, ScheduledEffect, Thread, VariableRequest
+from threads.models import (
+    Action,
+    Schedule,
+    ScheduledEffect,
+    Thread,
+    VariableRequest,
+    WebhookDelivery,
+)
 from threads.services.control import turn_cancel
 from threads.services.env import tenant_env_set, thread_env_set
 from threads.services.files import file_write
@@ -47,6 +54,7 @@ from threads.services.inbox import message_queue
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
+from threads.services.webhooks import endpoint_save
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
@@ -78,6 +86,8 @@ class World:
     action: str
     effect: str
     schedule: str
+    webhook: str
+    delivery: str
 
 
 def _world() -> World:
@@ -107,6 +117,12 @@ def _world() -> World:
         tenant=tenant, thread=thread, cron="0 9 * * *", action="turn",
         input={"content": "hello"}, next_run_at=now_us() + 3_600_000_000,
     )  # fmt: skip
+    webhook, _secret = endpoint_save(
+        tenant=tenant, data={"url": "https://example.com/hooks", "event_types": ["thread.status"]}
+    )
+    delivery = WebhookDelivery.objects.create(
+        tenant=tenant, endpoint=webhook, event_type="thread.status", payload={"type": "x"}
+    )
     return World(
         key=make_api_key(tenant, role=Role.ADMIN).secret,
         thread=str(thread.pk),
@@ -120,6 +136,8 @@ def _world() -> World:
         action=str(action.pk),
         effect=str(effect.pk),
         schedule=str(schedule.pk),
+        webhook=str(webhook.pk),
+        delivery=str(delivery.pk),
     )
 
 
@@ -172,6 +190,8 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         if path.startswith("/api/v1/permission-rules/")
         else world.schedule
         if path.startswith("/api/v1/schedules/")
+        else world.webhook
+        if path.startswith("/api/v1/webhooks/")
         else world.thread,
         "name": next((name for prefix, name in NAMES.items() if path.startswith(prefix)), ""),
         "message_id": world.message,
@@ -182,6 +202,7 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         "turn_id": turn,
         "action_id": world.action,
         "effect_id": world.effect,
+        "delivery_id": world.delivery,
     }
     return {f"path.{name}": values[name] for name in values if "{" + name + "}" in path}
 

@@ -40,6 +40,8 @@ from threads.models import (
     ThreadValue,
     Turn,
     VariableRequest,
+    WebhookDelivery,
+    WebhookEndpoint,
 )
 from threads.services.control import turn_cancel
 from threads.services.env import thread_env_set
@@ -48,6 +50,7 @@ from threads.services.inbox import message_queue
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
+from threads.services.webhooks import endpoint_save
 from threads.state import ThreadState
 
 pytestmark = pytest.mark.django_db
@@ -163,6 +166,21 @@ def _owned_schedule(tenant: Tenant) -> str:
     )  # fmt: skip
 
 
+def _owned_webhook(tenant: Tenant) -> str:
+    row, _secret = endpoint_save(
+        tenant=tenant, data={"url": "https://example.com/private", "event_types": ["thread.status"]}
+    )
+    return str(row.pk)
+
+
+def _owned_delivery(tenant: Tenant) -> dict[str, str]:
+    endpoint = _owned_webhook(tenant)
+    delivery = WebhookDelivery.objects.create(
+        tenant=tenant, endpoint_id=endpoint, event_type="thread.status", payload={"private": 1}
+    )
+    return {"pk": endpoint, "delivery_id": str(delivery.pk)}
+
+
 def _owned_children(tenant: Tenant) -> dict[str, str]:
     """A parent thread with one registry entry (its child's id must not leak)."""
     parent = make_thread(tenant)
@@ -222,6 +240,10 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "schedule-detail": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-pause": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-resume": lambda tenant: {"pk": _owned_schedule(tenant)},
+    "webhook-detail": lambda tenant: {"pk": _owned_webhook(tenant)},
+    "webhook-rotate-secret": lambda tenant: {"pk": _owned_webhook(tenant)},
+    "webhook-deliveries": lambda tenant: {"pk": _owned_webhook(tenant)},
+    "webhook-redeliver": _owned_delivery,
 }
 
 
@@ -253,6 +275,8 @@ def _tenant_state(tenant: Tenant) -> object:
         list(Action.objects.for_tenant(tenant).values()),
         list(ScheduledEffect.objects.for_tenant(tenant).values()),
         list(Schedule.objects.for_tenant(tenant).values()),
+        list(WebhookEndpoint.objects.for_tenant(tenant).values()),
+        list(WebhookDelivery.objects.for_tenant(tenant).values()),
         list(SubagentLink.objects.for_tenant(tenant).values()),
     )
 

@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.threads.runtime.conftest import Engine, prompt
+from threads.events.webhooks import subscriptions
 from threads.models import Event
 from threads.runtime.driver import thread_drive
 from threads.services.inbox import message_queue
@@ -25,6 +26,7 @@ def test_opening_a_thread_and_submitting_a_turn_take_one_short_transaction_each(
 ) -> None:
     engine.define(prompts=[prompt("p")], agents=[{"name": "chat", "side_a": {"prompt": "p"}}])
     engine.thread("chat")  # the definitions are cached from here on
+    subscriptions(engine.tenant.pk)  # and the tenant's webhooks (read once per WEBHOOK_CACHE_S)
 
     with CaptureQueriesContext(connection) as opened:
         thread = engine.thread("chat")

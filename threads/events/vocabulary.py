@@ -54,6 +54,7 @@ class EventType(StrEnum):
     SUBAGENT_COMPLETED = "subagent.completed"
     SUBAGENT_FAILED = "subagent.failed"
     SUBAGENT_CLOSED = "subagent.closed"
+    WEBHOOK_DISABLED = "webhook.disabled"
     CUSTOM = "custom"
 
 
@@ -302,6 +303,16 @@ class SubagentChanged(TypedDict):
     turn_id: NotRequired[str]
 
 
+class WebhookDisabled(TypedDict):
+    """The tenant's webhook endpoint ``endpoint_id`` failed ``failures`` deliveries in a row
+    (the last one for an event of this thread) and no longer receives events."""
+
+    endpoint_id: str
+    url: str
+    failures: int
+    reason: str
+
+
 class Custom(TypedDict):
     """``state.emit(name, data)``; ``data`` is the tool's JSON value."""
 
@@ -351,6 +362,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.SUBAGENT_COMPLETED: SubagentChanged,
     EventType.SUBAGENT_FAILED: SubagentChanged,
     EventType.SUBAGENT_CLOSED: SubagentChanged,
+    EventType.WEBHOOK_DISABLED: WebhookDisabled,
     EventType.CUSTOM: Custom,
 }
 

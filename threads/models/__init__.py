@@ -27,6 +27,7 @@ from threads.models.turns import (
     TurnSource,
     TurnStrategy,
 )
+from threads.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 
 __all__ = [
     "THREAD_REST",
@@ -36,6 +37,7 @@ __all__ = [
     "Action",
     "ActionKind",
     "ActionStatus",
+    "DeliveryStatus",
     "EffectStatus",
     "EnvType",
     "Event",
@@ -61,4 +63,6 @@ __all__ = [
     "TurnSource",
     "TurnStrategy",
     "VariableRequest",
+    "WebhookDelivery",
+    "WebhookEndpoint",
 ]
