@@ -10,7 +10,14 @@ import sys
 from bench.harness import REGISTRY, record, render
 
 # Modules whose @benchmark functions make up the suite.
-MODULES = ["bench.api", "bench.engine", "bench.events", "bench.sandbox", "bench.peers.suite"]
+MODULES = [
+    "bench.api",
+    "bench.engine",
+    "bench.events",
+    "bench.sandbox",
+    "bench.background",
+    "bench.peers.suite",
+]
 # Run only when named: they install another server and take minutes (`make bench peers`).
 ON_REQUEST = {"peers", "peers-quick"}
 

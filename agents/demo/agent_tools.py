@@ -1,4 +1,5 @@
-"""Function tools of the demo agents (discovered at start-up like any agent_tools module)."""
+"""Function tools and an effect of the demo agents (discovered at start-up like any
+agent_tools module)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, Field
 
-from agents.registry import ToolResult, tool
+from agents.registry import ToolResult, effect, tool
 
 
 class CurrentTimeArgs(BaseModel):
@@ -31,3 +32,12 @@ class CountWordsArgs(BaseModel):
 @tool(description="Count the words in a text.", args=CountWordsArgs)
 def count_words(state: Any, args: CountWordsArgs) -> str:
     return str(len(args.text.split()))
+
+
+class RemindArgs(BaseModel):
+    text: str = Field(description="What to remind the user of")
+
+
+@effect(description="Post a reminder to the thread (schedule it with a delay).", args=RemindArgs)
+def remind(state: Any, args: RemindArgs) -> None:
+    state.inject_message(role="assistant", content=f"Reminder: {args.text}")
