@@ -15,6 +15,7 @@ from agents.models import PermissionRule
 from agents.permissions import ConditionInvalid, Rule, decision_of, rule_from
 from agents.selectors import definitions_changed
 from common.errors import ValidationFailed
+from common.payloads import object_body, text_field
 from common.time import now
 from tenancy.models import Tenant
 
@@ -50,14 +51,7 @@ def permission_rule_save(
 ) -> PermissionRule:
     """Create a rule (``current`` None) or replace ``current``'s fields with ``data``.
     ValidationFailed names the field of any problem."""
-    if not isinstance(data, Mapping):
-        raise ValidationFailed("the body must be a JSON object")
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})", field=unknown[0]
-        )
-    fields = _checked(data)
+    fields = _checked(object_body(data, FIELDS))
     with transaction.atomic():
         if current is None:
             if PermissionRule.objects.for_tenant(tenant).count() >= MAX_RULES:
@@ -117,12 +111,8 @@ def _checked(data: Mapping[str, Any]) -> dict[str, Any]:
         rule = rule_from(declared, source="tenant")
     except ConditionInvalid as error:
         raise ValidationFailed(error.message, field=error.path or "decision") from None
-    description = data.get("description", "")
-    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
-        raise ValidationFailed(
-            f"description must be a string of at most {MAX_DESCRIPTION} characters",
-            field="description",
-        )
+    description = text_field(data.get("description", ""), "description",
+                             max_chars=MAX_DESCRIPTION)  # fmt: skip
     return {
         **fields, "decision": rule.decision, "when": rule.when,
         "expires_in": rule.expires_in if rule.decision == "ask" else None,

@@ -9,7 +9,7 @@ refused with a ValidationFailed naming where they are (``metadata.a[2]``), so th
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from common.errors import ValidationFailed
@@ -59,3 +59,37 @@ def _problem(item: Any) -> str | None:
     elif isinstance(item, float) and not math.isfinite(item):
         return "is not a finite number"
     return None
+
+
+# The fields of a JSON object body, checked one by one (ValidationFailed names the field).
+
+
+def object_body(data: Any, known: Sequence[str]) -> Mapping[str, Any]:
+    """``data`` when it is a JSON object with only ``known`` keys, holding nothing the
+    platform cannot store (:func:`payload_check`)."""
+    if not isinstance(data, Mapping):
+        raise ValidationFailed("the body must be a JSON object")
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValidationFailed(
+            f"unknown field {unknown[0]!r} (known: {', '.join(known)})", field=unknown[0]
+        )
+    payload_check(dict(data))
+    return data
+
+
+def text_field(value: Any, field: str, *, max_chars: int) -> str:
+    """A string of at most ``max_chars`` (None reads as "")."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise ValidationFailed(f"{field} must be a string of at most {max_chars} characters",
+                               field=field)  # fmt: skip
+    return value
+
+
+def flag_field(value: Any, field: str) -> bool:
+    """A JSON boolean (no 0/1, no "true")."""
+    if not isinstance(value, bool):
+        raise ValidationFailed(f"{field} must be true or false", field=field)
+    return value

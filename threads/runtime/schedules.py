@@ -22,7 +22,7 @@ from django.db import transaction
 
 from agents.selectors import definitions_scope
 from common.errors import DomainError, ValidationFailed
-from common.payloads import payload_check
+from common.payloads import flag_field, object_body, text_field
 from common.time import now_us
 from tenancy.models import Tenant
 from threads.models import Schedule, ScheduleAction, Thread, TurnSource
@@ -78,14 +78,7 @@ def schedule_save(
 ) -> Schedule:
     """Create a schedule (``current`` None) or change ``current`` by ``data`` (merged).
     ValidationFailed names the field of any problem."""
-    if not isinstance(data, Mapping):
-        raise ValidationFailed("the body must be a JSON object")
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})", field=unknown[0]
-        )
-    payload_check(dict(data))
+    object_body(data, FIELDS)
     merged = {**(_fields_of(current) if current is not None else {}), **data}
     fields = _checked(tenant, merged)
     with transaction.atomic():
@@ -140,9 +133,10 @@ def _checked(tenant: Tenant, data: Mapping[str, Any]) -> dict[str, Any]:
             f"action must be one of {', '.join(ScheduleAction.values)}", field="action"
         )
     fields: dict[str, Any] = {
-        "name": _name(data.get("name")), "thread": thread, "agent_name": agent or "",
-        "cron": cron, "timezone": str(timezone), "action": action, "input": None,
-        "effect_name": "", "effect_args": None, "paused": _flag(data.get("paused", False)),
+        "name": text_field(data.get("name"), "name", max_chars=200),
+        "thread": thread, "agent_name": agent or "", "cron": cron, "timezone": str(timezone),
+        "action": action, "input": None, "effect_name": "", "effect_args": None,
+        "paused": flag_field(data.get("paused", False), "paused"),
     }  # fmt: skip
     if action == ScheduleAction.TURN:
         fields["input"] = _turn_input(data.get("input"))
@@ -183,20 +177,6 @@ def _agent_check(tenant: Tenant, agent: Any) -> None:
         found = FlowDefinitions(tenant=tenant, model_env=lambda _name: None).agent(str(agent))
     if not isinstance(agent, str) or found is None:
         raise ValidationFailed(f"unknown agent {agent!r}", field="agent")
-
-
-def _name(value: Any) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str) or len(value) > 200:
-        raise ValidationFailed("name must be a string of at most 200 characters", field="name")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValidationFailed("paused must be true or false", field="paused")
-    return value
 
 
 def _turn_input(value: Any) -> dict[str, Any]:

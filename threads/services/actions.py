@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import Conflict, DomainError, NotFound, ValidationFailed
-from common.payloads import payload_check
+from common.payloads import object_body
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import Action, ActionKind, ActionStatus, Message, Thread, Turn
@@ -219,18 +219,10 @@ def action_respond(
 
 
 def _answer_of(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    if not isinstance(body, Mapping):
-        raise ValidationFailed("the body must be a JSON object")
-    known = ("decision", "reason", "arguments", "data")
-    unknown = sorted(set(body) - set(known))
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field {unknown[0]!r} (known: {', '.join(known)})", field=unknown[0]
-        )
+    object_body(body, ("decision", "reason", "arguments", "data"))
     decision = body.get("decision")
     if not isinstance(decision, str) or decision not in _RESOLVED:
         raise ValidationFailed(f"decision must be one of {', '.join(_RESOLVED)}", field="decision")
-    payload_check(body)  # what JSON in PostgreSQL cannot hold (NUL characters, depth)
     response: dict[str, Any] = {"decision": decision}
     reason = body.get("reason")
     if reason is not None:

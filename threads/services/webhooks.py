@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from standardwebhooks.webhooks import Webhook
 
 from common.errors import NotFound, ValidationFailed
-from common.payloads import payload_check
+from common.payloads import flag_field, object_body, text_field
 from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
 from tenancy.models import Tenant
@@ -78,20 +78,18 @@ def endpoint_save(
 ) -> tuple[WebhookEndpoint, str | None]:
     """Create an endpoint (with a new secret, returned once) or change ``current`` by
     ``data`` (merged). ValidationFailed names the field."""
-    if not isinstance(data, Mapping):
-        raise ValidationFailed("the body must be a JSON object")
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise ValidationFailed(
-            f"unknown field {unknown[0]!r} (known: {', '.join(FIELDS)})", field=unknown[0]
-        )
-    payload_check(dict(data))
+    object_body(data, FIELDS)
     url = data.get("url", current.url if current is not None else None)
     event_types = data.get("event_types", current.event_types if current is not None else None)
     fields = {
         "url": _url(url), "event_types": _event_types(event_types),
-        "description": _text(data.get("description", current.description if current else "")),
-        "enabled": _flag(data.get("enabled", current.enabled if current is not None else True)),
+        "description": text_field(
+            data.get("description", current.description if current else ""), "description",
+            max_chars=500,
+        ),
+        "enabled": flag_field(
+            data.get("enabled", current.enabled if current is not None else True), "enabled"
+        ),
     }  # fmt: skip
     secret = None
     with transaction.atomic():
@@ -138,18 +136,6 @@ def _event_types(value: Any) -> list[str]:
             f"event_types must be a non-empty list of: {', '.join(known)}", field="event_types"
         )
     return sorted(set(value))
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or len(value) > 500:
-        raise ValidationFailed("description must be at most 500 characters", field="description")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValidationFailed("enabled must be true or false", field="enabled")
-    return value
 
 
 def endpoint_delete(*, row: WebhookEndpoint) -> None:
