@@ -202,16 +202,8 @@ def effect_cancel(*, thread: Thread, effect_id: Any, by_agent: bool) -> Schedule
     (ran, runs now, or was cancelled already); NotFound when there is none."""
     status = EffectStatus.AGENT_CANCELED if by_agent else EffectStatus.USER_CANCELED
     with transaction.atomic():
-        row = (
-            ScheduledEffect.objects.select_for_update(skip_locked=True)
-            .filter(thread_id=thread.pk, pk=effect_id)
-            .first()
-        )
-        if row is None:
-            if not ScheduledEffect.objects.filter(thread_id=thread.pk, pk=effect_id).exists():
-                raise NotFound("no such effect on this thread")
-            return None  # its handler runs now
-        if row.status != EffectStatus.PENDING:
+        row = _locked(thread, effect_id)
+        if row is None or row.status != EffectStatus.PENDING:  # None: its handler runs now
             return None
         row.status, row.completed_at = status, now_us()
         row.save(update_fields=["status", "completed_at"])
@@ -219,17 +211,25 @@ def effect_cancel(*, thread: Thread, effect_id: Any, by_agent: bool) -> Schedule
     return row
 
 
+def _locked(thread: Thread, effect_id: Any) -> ScheduledEffect | None:
+    """The thread's effect ``effect_id``, locked for the caller's transaction; None while its
+    handler runs (it holds the lock). NotFound when there is none."""
+    row = (
+        ScheduledEffect.objects.select_for_update(skip_locked=True)
+        .filter(thread_id=thread.pk, pk=effect_id)
+        .first()
+    )
+    if row is None:
+        effect_get(thread=thread, effect_id=effect_id)  # NotFound, or it is locked
+    return row
+
+
 def effect_run_now(*, thread: Thread, effect_id: Any) -> tuple[str, ScheduledEffect]:
     """``POST …/effects/{id}/run``: a pending effect is due now (``ran``, ``manual_run``); a
     finished one is replayed (:func:`effect_replay`, ``replayed``). Conflict while it runs."""
     with transaction.atomic():
-        row = (
-            ScheduledEffect.objects.select_for_update(skip_locked=True)
-            .filter(thread_id=thread.pk, pk=effect_id)
-            .first()
-        )
+        row = _locked(thread, effect_id)
         if row is None:
-            effect_get(thread=thread, effect_id=effect_id)  # NotFound, else it runs now
             raise Conflict(f"effect {effect_id} is processing now")
         if row.status != EffectStatus.PENDING:
             return "replayed", effect_replay(thread=thread, effect_id=effect_id)
