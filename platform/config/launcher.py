@@ -2,8 +2,9 @@
 
 Starts (or reuses) PostgreSQL and Redis, migrates, seeds the demo tenant, then
 runs the ASGI server, a Celery worker (threads pool) and celery beat, restarting any
-of them that exits (:class:`Supervisor`). It prints the URLs and the demo API key
-once ``/readyz`` answers. Ctrl-C (or SIGTERM) stops the three processes, then the
+of them that exits (:class:`Supervisor`), each writing to ``var/log/<name>.log``. It prints
+its banner (the URL, the demo API key, what to try) last, once the web answers ``/readyz``
+and the worker and beat run. Ctrl-C (or SIGTERM) stops the three processes, then the
 embedded servers this run started.
 """
 
@@ -19,7 +20,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from config import devservices, env
 from config.celery import WORKER_OPTIONS
@@ -113,37 +116,63 @@ def background_server(overrides: Mapping[str, str] | None = None) -> Iterator[tu
         process.wait(timeout=SHUTDOWN_GRACE_S)
 
 
-def _wait_ready(base_url: str, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+# What a process writes to its log once it takes work (the web answers /readyz instead).
+READY_MARKS = {"worker": " ready.", "beat": "beat: Starting..."}
+
+
+def _wait_ready(
+    base_url: str, processes: dict[str, subprocess.Popen[bytes]], log_dir: Path
+) -> None:
+    """Until the web answers ``/readyz`` and the worker and beat say they run: the first
+    request after the banner finds everything taking work."""
     deadline = time.monotonic() + READY_TIMEOUT_S
+    waiting = {"web", *READY_MARKS}
     while time.monotonic() < deadline:
         for name, process in processes.items():
             if process.poll() is not None:
-                raise LaunchError(f"{name} exited with code {process.returncode} while starting")
-        try:
-            # base_url is our own http://host:port/, never caller input.
-            with urllib.request.urlopen(f"{base_url}readyz", timeout=2) as response:  # noqa: S310
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
+                raise LaunchError(
+                    f"{name} exited with code {process.returncode} while starting; see "
+                    f"{log_dir / (name + '.log')}"
+                )
+        if "web" in waiting and _answers(f"{base_url}readyz"):
+            waiting.discard("web")
+        for name, mark in READY_MARKS.items():
+            log = log_dir / f"{name}.log"
+            if name in waiting and log.exists() and mark in log.read_text(errors="replace"):
+                waiting.discard(name)
+        if not waiting:
+            return
         time.sleep(0.25)
-    raise LaunchError(f"{base_url}readyz did not answer 200 within {READY_TIMEOUT_S}s")
+    raise LaunchError(
+        f"{', '.join(sorted(waiting))} not ready within {READY_TIMEOUT_S}s; see {log_dir}"
+    )
 
 
-def _banner(base_url: str, credentials: dict[str, str]) -> str:
+def _answers(url: str) -> bool:
+    try:
+        # Our own http://host:port/ URL, never caller input.
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def _banner(base_url: str, credentials: dict[str, str], log_dir: Path) -> str:
     key = credentials["api_key"]
     return "\n".join(
         [
             "",
-            "Standard Agents Platform is running.",
-            f"  URL:      {base_url}",
+            f"Standard Agents Platform is ready at {base_url}",
+            f"  API key:  {key}",
             f"  Admin:    {base_url}admin/  (user {credentials['admin_user']}, "
             f"password {credentials['admin_password']})",
             f"  API docs: {base_url}api/docs/",
-            f"  Tenant:   {credentials['tenant']}",
-            f"  {credentials['agents']}",
-            f"API key: {key}",
-            f'  Try:      curl -H "Authorization: Bearer {key}" {base_url}api/v1/me',
+            f"  Agents:   {credentials['agents']}",
+            f"  Logs:     tail -f {log_dir}/*.log",
+            "  Try:",
+            f"    curl -s -X POST {base_url}api/v1/threads -H 'Authorization: Bearer {key}' "
+            "-H 'Content-Type: application/json' -d '{\"agent\": \"assistant\"}'",
+            '    # then POST /api/v1/threads/<id>/turns/wait with {"input": {"content": "Hello"}}',
             "Press Ctrl-C to stop.",
             "",
         ]
@@ -162,8 +191,10 @@ class Supervisor:
         *,
         backoff_s: Sequence[float] = RESTART_BACKOFF_S,
         stable_after_s: float = STABLE_AFTER_S,
+        log_dir: Path | None = None,
     ) -> None:
         self.commands = dict(commands)
+        self.log_dir = log_dir  # each process writes to <name>.log there (None: inherited)
         self.environment = dict(environment)
         self.backoff_s = tuple(backoff_s)
         self.stable_after_s = stable_after_s
@@ -175,9 +206,18 @@ class Supervisor:
 
     def start(self, name: str) -> None:
         # Own session: a terminal Ctrl-C reaches only us; we stop children in order.
-        self.processes[name] = subprocess.Popen(
-            self.commands[name], env=self.environment, start_new_session=True
-        )
+        output: Any = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            output = (self.log_dir / f"{name}.log").open("ab")
+        try:
+            self.processes[name] = subprocess.Popen(
+                self.commands[name], env=self.environment, start_new_session=True,
+                stdout=output, stderr=subprocess.STDOUT if output is not None else None,
+            )  # fmt: skip
+        finally:
+            if output is not None:
+                output.close()  # the child has its own descriptor
         self._started_at[name] = time.monotonic()
 
     def start_all(self) -> None:
@@ -224,6 +264,14 @@ def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+def _logs_rotate(log_dir: Path) -> None:
+    """Keep the previous run's logs as ``<name>.log.1``; this run starts fresh ones."""
+    if not log_dir.is_dir():
+        return
+    for log in log_dir.glob("*.log"):
+        log.replace(log.with_suffix(".log.1"))
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -245,10 +293,13 @@ def main() -> int:
         credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
         credentials["agents"] = _manage(["seed_demo_agents"], environment, capture=True).strip()
         _check_port_free(host, port)
-        supervisor = Supervisor(_process_commands(host, port), environment)
+        log_dir = env.var_dir() / "log"
+        _logs_rotate(log_dir)
+        supervisor = Supervisor(_process_commands(host, port), environment, log_dir=log_dir)
         supervisor.start_all()
-        _wait_ready(base_url, supervisor.processes)
-        print(_banner(base_url, credentials), flush=True)
+        print(f"Starting web, worker and beat (logs in {log_dir}) …", flush=True)
+        _wait_ready(base_url, supervisor.processes, log_dir)
+        print(_banner(base_url, credentials, log_dir), flush=True)
         while True:
             supervisor.check()
             time.sleep(0.5)

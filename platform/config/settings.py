@@ -328,7 +328,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    # Beat's sweeps (every second or two) log at DEBUG: config.logs.
+    "filters": {"periodic": {"()": "config.logs.PeriodicTasksAtDebug"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.log_level()},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        **{
+            name: {"filters": ["periodic"]}
+            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+        },
+    },
 }
