@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agents.bundles import bundle_import
-from common.errors import Conflict, NotAvailable
+from common.errors import Conflict, ValidationFailed
 from tenancy.models import Tenant
 from tests.agents.samples import rich_bundle
 from tests.factories import make_thread
@@ -225,16 +225,10 @@ def test_message_writes_record_events_in_order(tenant: Tenant) -> None:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("call", "name"),
-    [(lambda s: s.schedule_effect("e"), "schedule_effect")],
-)
-def test_engine_backed_methods_say_they_are_not_available(
-    state: ThreadState, call: Any, name: str
-) -> None:
-    """Effects are not part of this deployment yet: a clear NotAvailable."""
-    with pytest.raises(NotAvailable, match=f"ThreadState.{name} needs the"):
-        call(state)
+def test_scheduling_an_unknown_effect_throws_at_schedule_time(state: ThreadState) -> None:
+    """DIGEST §9: an unknown effect name throws when it is scheduled, not when it is due."""
+    with pytest.raises(ValidationFailed, match="unknown effect 'e'"):
+        state.schedule_effect("e")
 
 
 def test_execution_state_controls() -> None:
