@@ -14,8 +14,9 @@ from tests.threads.runtime.conftest import Engine, prompt, rows
 from threads.models import Action, Event, Message, RunStatus, Thread, Turn
 from threads.runtime.driver import threads_sweep
 from threads.services.actions import ActionResolved, action_respond, actions_expire
-from threads.services.control import thread_stop, turn_cancel
+from threads.services.control import thread_stop, thread_terminate, turn_cancel
 from threads.services.inbox import message_queue
+from threads.services.threads import thread_delete
 from threads.state import ThreadState
 
 ABOVE_100 = {">": [{"var": "amount"}, 100]}
@@ -758,3 +759,42 @@ def test_a_tool_that_catches_every_exception_still_pauses(engine: Engine) -> Non
 
     assert swallowed == []
     assert thread.status == "waiting_input"
+
+
+def test_terminating_a_waiting_thread_cancels_its_action_and_turn(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+
+    thread_terminate(thread=thread)
+
+    action.refresh_from_db()
+    thread.refresh_from_db()
+    assert action.status == "cancelled"
+    assert (_turn(thread).status, _turn(thread).outcome) == ("cancelled", "terminated")
+    assert thread.terminated_at is not None
+    assert thread.paused_turn_id is None
+    assert rows(thread)[2][2] == "Thread terminated"
+
+
+def test_a_thread_whose_turn_waits_can_be_deleted(engine: Engine, refunds: list[float]) -> None:
+    thread, action = _paused(engine)
+
+    thread_delete(thread=thread)
+
+    assert not Thread.objects.filter(pk=thread.pk).exists()
+    assert not Action.objects.filter(pk=action.pk).exists()
+
+
+def test_a_stop_between_the_answer_and_the_resume_cancels_the_turn(
+    engine: Engine, refunds: list[float]
+) -> None:
+    thread, action = _paused(engine)
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+
+    thread_stop(thread=thread)
+    engine.drive(thread)
+
+    assert refunds == []
+    assert (_turn(thread).status, thread.paused_turn_id) == ("cancelled", None)
+    assert rows(thread)[2][2] == "Execution stopped by user"
