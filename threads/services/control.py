@@ -86,9 +86,12 @@ def thread_stop(*, thread: Thread) -> StopResult:
         if locked.terminated_at is not None:
             raise terminated_error()
         running = current_turn(thread=thread)
-        parked = Turn.objects.filter(
+        waiting = Turn.objects.filter(
             thread_id=thread.pk, host__isnull=True, status=RunStatus.QUEUED
-        ).count() - (running is not None and running.status == RunStatus.QUEUED)
+        )
+        if locked.paused_turn_id is not None:  # answered, not resumed: it ends, not parks
+            waiting = waiting.exclude(pk=locked.paused_turn_id)
+        parked = waiting.count()
         if running is None and parked == 0:
             return StopResult(None, 0)
         Thread.objects.filter(pk=thread.pk).update(stop_requested=True, updated_at=now_us())
