@@ -33,6 +33,7 @@ from agents.registry import ToolResult
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import DomainError
 from threads.models import Action, ActionStatus
+from threads.services.actions import action_allows, denial_result
 from threads.services.code import code_run
 
 if TYPE_CHECKING:
@@ -130,16 +131,11 @@ class _Program:
         )
 
     def _run_decided(self, inner: ToolCall, action: Action) -> ToolResult:
-        response = action.response or {}
+        if not action_allows(action):
+            return self._logged(inner, denial_result(action))
         if action.status == ActionStatus.EDITED:
-            inner = ToolCall(id=inner.id, name=inner.name, arguments=dict(response["arguments"]))
-        elif not (
-            action.status == ActionStatus.APPROVED
-            or (action.status == ActionStatus.EXPIRED and action.on_expiry == "allow")
-        ):
-            reason = response.get("reason")
-            denial = "Permission denied by a person" + (f": {reason}" if reason else "")
-            return self._logged(inner, ToolResult.failure(denial, code="permission_denied"))
+            arguments = dict((action.response or {})["arguments"])
+            inner = ToolCall(id=inner.id, name=inner.name, arguments=arguments)
         return self._execute(inner)
 
     def _run(self, inner: ToolCall) -> ToolResult:

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
+from agents.registry import ToolResult
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import Conflict, DomainError, NotFound, ValidationFailed
 from common.payloads import object_body
@@ -128,6 +129,23 @@ def action_open(
         )  # fmt: skip
     publish(thread, "action.required", _event(action), outbox=outbox)
     return action
+
+
+def action_allows(action: Action) -> bool:
+    """Whether a resolved approval lets its call run: approved, edited, or expired under a
+    rule that allows on expiry."""
+    return action.status in (ActionStatus.APPROVED, ActionStatus.EDITED) or (
+        action.status == ActionStatus.EXPIRED and action.on_expiry == "allow"
+    )
+
+
+def denial_result(action: Action) -> ToolResult:
+    """The result a call a person denied gets: what the model reads, with their reason."""
+    reason = (action.response or {}).get("reason")
+    return ToolResult.failure(
+        "Permission denied by a person" + (f": {reason}" if reason else ""),
+        code="permission_denied",
+    )
 
 
 class InputDeclined(DomainError):
@@ -277,9 +295,7 @@ def _resolve(
     action.responder, action.resolved_at = responder[:200], now_us()
     action.save(update_fields=["status", "response", "responder", "resolved_at"])
     if action.kind == ActionKind.APPROVAL:
-        allowed = status in (ActionStatus.APPROVED, ActionStatus.EDITED) or (
-            status == ActionStatus.EXPIRED and action.on_expiry == "allow"
-        )
+        allowed = action_allows(action)
         publish(
             thread, "permission.resolved",
             {"action_id": str(action.pk), "turn_id": str(action.turn_id),

@@ -58,7 +58,7 @@ from threads.runtime.stops import (
 from threads.runtime.subagent_tools import direct_call_guidance
 from threads.runtime.tools import ActionNeeded, FlowAborted, InFlight, failure_text
 from threads.services import logs
-from threads.services.actions import action_open, answer_data, input_answers
+from threads.services.actions import action_allows, action_open, answer_data, input_answers
 from threads.services.control import child_close, interruption_close
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import turn_finish, turn_pause
@@ -356,7 +356,7 @@ def _resumed_step(flow: Flow, action: Action) -> StopReason | Side:
     """Finish the step ``action`` paused: the turn ends ``timed_out`` when nobody answered
     and the rule denies on expiry (the step's open calls say so); otherwise the step
     carries on (:func:`step_resume`). Returns the stop reason, or the side acting next."""
-    if action.status == ActionStatus.EXPIRED and action.on_expiry != "allow":
+    if action.status == ActionStatus.EXPIRED and not action_allows(action):
         asked = "approval" if action.kind == ActionKind.APPROVAL else "input request"
         close_unanswered_calls(
             thread=flow.thread, fence=flow.fence, outbox=flow.outbox,

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from agents.documents import SideConfig
 from agents.providers.base import ToolCall
-from agents.registry import ToolResult
 from common.ids import new_id
 from threads.models import Action, ActionKind, ActionStatus, Message, MessageRole
 from threads.runtime.code_mode import replay_of
@@ -18,6 +17,7 @@ from threads.runtime.engine.base import Side, StepOutcome
 from threads.runtime.engine.model_call import context_build, model_call
 from threads.runtime.engine.writes import event_publish, message_create, stored_role
 from threads.runtime.tools import ToolOutcome, ToolRunner, stored_calls, stored_outcome
+from threads.services.actions import action_allows, denial_result
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow
@@ -99,18 +99,11 @@ def _decided(runner: ToolRunner, call: ToolCall, action: Action, issuer: Message
     if replay is not None:  # a code program: it runs again, the person's decision inside
         runner.flow.code_replays[call.id] = replay
         return runner.run_one(call, issuer=issuer, granted=True)
+    if not action_allows(action):
+        return runner.run_one(call, issuer=issuer, decided=denial_result(action))
     if action.status == ActionStatus.EDITED:
         call = ToolCall(id=call.id, name=call.name, arguments=dict(response["arguments"]))
-        return runner.run_one(call, issuer=issuer, granted=True)
-    if action.status == ActionStatus.APPROVED or (
-        action.status == ActionStatus.EXPIRED and action.on_expiry == "allow"
-    ):
-        return runner.run_one(call, issuer=issuer, granted=True)
-    reason = response.get("reason")
-    denial = "Permission denied by a person" + (f": {reason}" if reason else "")
-    return runner.run_one(
-        call, issuer=issuer, decided=ToolResult.failure(denial, code="permission_denied")
-    )
+    return runner.run_one(call, issuer=issuer, granted=True)
 
 
 def _tool_queue_run(flow: Flow, runner: ToolRunner) -> list[ToolOutcome]:
