@@ -1,22 +1,32 @@
-"""REST for definitions (CRUD by name), bundles, and the tenant's view of the registry."""
+"""REST for definitions (CRUD by name), bundles, permission rules, and the tenant's view of
+the registry. The shapes the OpenAPI schema shows for them are in :mod:`agents.api_schema`."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from pydantic import BaseModel, Field, create_model
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.api_schema import (
+    DEFINITION_SCHEMAS,
+    Bundle,
+    BundleReportSerializer,
+    DefinitionSchemas,
+    PermissionRuleInput,
+    PermissionRuleSerializer,
+    RegistryEffectSerializer,
+    RegistryEndpointSerializer,
+    RegistryHookSerializer,
+    RegistryToolSerializer,
+)
 from agents.bundles import bundle_dump, bundle_export, bundle_import, bundle_parse
-from agents.documents import AgentDoc, CodeToolDoc, ModelDoc, PromptDoc
 from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
 from agents.permission_rules import FIELDS as PERMISSION_RULE_FIELDS
 from agents.permission_rules import (
@@ -24,6 +34,7 @@ from agents.permission_rules import (
     permission_rule_json,
     permission_rule_save,
 )
+from agents.registry import RegistryView, current_registry
 from agents.services import (
     KEEP,
     definition_delete,
@@ -34,8 +45,10 @@ from agents.services import (
     row_document,
 )
 from agents.validation import Kind
-from common.errors import NotFound, ValidationFailed
-from common.schema import error_response, error_responses
+from common.errors import ValidationFailed
+from common.pagination import PAGE_PARAMETERS, paginate
+from common.schema import error_response, error_responses, page_of
+from common.time import to_us
 from tenancy.models import Role
 from tenancy.viewsets import TenantScopedViewSet, request_principal
 
@@ -44,8 +57,8 @@ def definition_json(row: Definition) -> dict[str, Any]:
     body: dict[str, Any] = {"id": str(row.id), **document_json(row_document(row))}
     if isinstance(row, Model):
         body["has_api_key"] = row.has_api_key
-    body["created_at"] = row.created_at.isoformat()
-    body["updated_at"] = row.updated_at.isoformat()
+    body["created_at"] = to_us(row.created_at)
+    body["updated_at"] = to_us(row.updated_at)
     return body
 
 
@@ -65,8 +78,9 @@ class DefinitionViewSet(TenantScopedViewSet):
     kind: ClassVar[Kind]
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
+    ordering = ("name",)  # unique in a tenant: a stable keyset for the list's pages
 
-    def _saved(self, row: Definition, warnings: list[Any], code: int) -> Response:
+    def _saved(self, row: Definition, warnings: Sequence[Any], code: int) -> Response:
         body = definition_json(row) | {"warnings": [problem_json(w) for w in warnings]}
         return Response(body, status=code)
 
@@ -125,77 +139,87 @@ def _own(method: Callable[..., Any]) -> Callable[..., Any]:
     return action
 
 
-class ProblemOutput(BaseModel):
-    """A problem a write found in the tenant's definitions (``problem_json``)."""
-
-    kind: str
-    name: str
-    path: str
-    message: str
-    severity: Literal["error", "warning"]
-
-
-def _output(kind: Kind, doc: type[Any]) -> type[BaseModel]:
-    """What the API answers for a definition (``definition_json``): its document, its row's
-    id and times, ``has_api_key`` for a model, and a write's ``warnings``."""
-    fields: dict[str, Any] = {
-        "id": (str, ...),
-        "created_at": (str, ...),
-        "updated_at": (str, ...),
-        "warnings": (
-            list[ProblemOutput] | None,
-            Field(None, description="writes only: what is legal but suspicious"),
-        ),
-    }
-    if kind == "models":
-        fields["has_api_key"] = (bool, ...)
-    name = doc.__name__.removesuffix("Doc") + "Output"
-    output: type[BaseModel] = create_model(name, __base__=doc, **fields)
-    return output
+_WRITE_DESCRIPTION = (
+    "Writes check the tenant's definitions as a whole (references, cycles); the answer's "
+    "`warnings` list what is legal but suspicious."
+)
+_PATCH_DESCRIPTION = (
+    "The fields sent replace the stored ones; the others are kept. " + _WRITE_DESCRIPTION
+)
 
 
-def _definition_viewset(kind: Kind, model: type[Definition], doc: type[Any]) -> type:
+def _definition_viewset(kind: Kind, model: type[Definition], schemas: DefinitionSchemas) -> type:
     """A documented viewset class for one kind (the OpenAPI schema shows its document)."""
-    output = _output(kind, doc)
+    one, many, ids = schemas.singular, schemas.plural, kind
     # 409: the new name is another definition's.
-    create = extend_schema(request=doc, responses={201: output, **error_responses(409)})
-    write = extend_schema(request=doc, responses={200: output, **error_responses(409)})
+    write = {200: schemas.saved, **error_responses(409)}
     referenced = error_response(409, "Other definitions still refer to it (`details` names them)")
     base = DefinitionViewSet
+
+    def documented(method: Callable[..., Any], **schema: Any) -> Callable[..., Any]:
+        return extend_schema(**schema)(_own(method))
+
     attrs = {
-        "__doc__": f"{model.__doc__}\n\nAddressed by name; writes validate the tenant's "
-        "definitions as a whole.",
+        "__doc__": model.__doc__,
         "kind": kind,
         "queryset": model.objects.all(),
-        "create": create(_own(base.create)),
-        "update": write(_own(base.update)),
-        "partial_update": write(_own(base.partial_update)),
-        "retrieve": extend_schema(responses=output)(_own(base.retrieve)),
-        "list": extend_schema(
-            operation_id=f"{kind}_list", responses=OpenApiTypes.OBJECT,
-            description="Paginated: `{count, next, previous, results}`",
-        )(_own(base.list)),
-        "destroy": extend_schema(responses={204: None, 409: referenced})(_own(base.destroy)),
+        "list": documented(
+            base.list, operation_id=f"{ids}_list", summary=f"List the tenant's {many}",
+            responses=schemas.answer,
+            description=f"The tenant's {many}, by name.",
+        ),
+        "create": documented(
+            base.create, operation_id=f"{ids}_create", summary=f"Create {one}",
+            request=schemas.document, responses={201: schemas.saved, **error_responses(409)},
+            description=_WRITE_DESCRIPTION,
+        ),
+        "retrieve": documented(
+            base.retrieve, operation_id=f"{ids}_retrieve", summary=f"Get {one} by name",
+            responses=schemas.answer,
+        ),
+        "update": documented(
+            base.update, operation_id=f"{ids}_update", summary=f"Replace {one}",
+            request=schemas.document, responses=write, description=_WRITE_DESCRIPTION,
+        ),
+        "partial_update": documented(
+            base.partial_update, operation_id=f"{ids}_partial_update",
+            summary=f"Change some fields of {one}", request=schemas.document, responses=write,
+            description=_PATCH_DESCRIPTION,
+        ),
+        "destroy": documented(
+            base.destroy, operation_id=f"{ids}_destroy", summary=f"Delete {one}",
+            responses={204: None, 409: referenced},
+            description="Refused (409) while other definitions refer to it.",
+        ),
     }  # fmt: skip
     return type(f"{model.__name__}ViewSet", (DefinitionViewSet,), attrs)
 
 
-ModelViewSet = _definition_viewset("models", Model, ModelDoc)
-PromptViewSet = _definition_viewset("prompts", Prompt, PromptDoc)
-AgentViewSet = _definition_viewset("agents", Agent, AgentDoc)
-CodeToolViewSet = _definition_viewset("code_tools", CodeTool, CodeToolDoc)
+ModelViewSet = _definition_viewset("models", Model, DEFINITION_SCHEMAS["models"])
+PromptViewSet = _definition_viewset("prompts", Prompt, DEFINITION_SCHEMAS["prompts"])
+AgentViewSet = _definition_viewset("agents", Agent, DEFINITION_SCHEMAS["agents"])
+CodeToolViewSet = _definition_viewset("code_tools", CodeTool, DEFINITION_SCHEMAS["code_tools"])
+
+
+# Bundles ------------------------------------------------------------------------------------
 
 
 class BundleView(APIView):
     """Export the tenant's definitions (GET) or import a bundle (POST, YAML or JSON)."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("format", str, enum=["json", "yaml"], default="json")],
-        responses={
-            (200, "application/json"): OpenApiTypes.OBJECT,
-            (200, "application/yaml"): OpenApiTypes.OBJECT,
-        },
-    )
+        operation_id="bundles_export",
+        summary="Export the tenant's definitions as a bundle",
+        description="JSON by default; `?format=yaml` answers the same document in YAML. "
+        "A bundle never holds API keys.",
+        parameters=[
+            OpenApiParameter(
+                "format", str, enum=["json", "yaml"], default="json",
+                description="the bundle's format",
+            )
+        ],
+        responses={(200, "application/json"): Bundle, (200, "application/yaml"): Bundle},
+    )  # fmt: skip
     def get(self, request: Request) -> HttpResponse:
         document = bundle_export(tenant=request_principal(request).tenant)
         if request.query_params.get("format") == "yaml":
@@ -203,14 +227,19 @@ class BundleView(APIView):
         return Response(document)
 
     @extend_schema(
-        request={"application/yaml": OpenApiTypes.STR, "application/json": OpenApiTypes.OBJECT},
+        operation_id="bundles_import",
+        summary="Import a bundle of definitions",
+        description="Creates or replaces the bundle's definitions by name, all or nothing: a "
+        "bundle with any error changes nothing and is refused (400) with every error and its "
+        "path in `details`. The body is YAML or JSON.",
+        request={"application/yaml": Bundle, "application/json": Bundle},
         parameters=[
-            OpenApiParameter("dry_run", bool, description="validate and report, change nothing"),
+            OpenApiParameter("dry_run", bool, description="check and report, change nothing"),
             OpenApiParameter(
-                "replace", bool, description="also delete definitions not in the bundle"
+                "replace", bool, description="also delete the definitions the bundle does not hold"
             ),
         ],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: BundleReportSerializer},
     )
     def post(self, request: Request) -> Response:
         report = bundle_import(
@@ -229,6 +258,9 @@ def _flag(request: Request, name: str) -> bool:
     return raw in {"1", "true"}
 
 
+# The registry -------------------------------------------------------------------------------
+
+
 def _variables(entry: Any) -> list[dict[str, Any]]:
     return [
         {"name": v.name, "type": v.type, "required": v.required, "scoped": v.scoped,
@@ -237,66 +269,74 @@ def _variables(entry: Any) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-_REGISTRY_LISTINGS: dict[str, Callable[[Any], list[dict[str, Any]]]] = {
-    "tools": lambda view: [
-        {"name": e.name, "description": e.description, "args_schema": e.args_schema,
-         "variables": _variables(e), "progress_argument": e.progress_argument}
-        for e in view.tools.values()
-    ],
-    "hooks": lambda view: [{"id": e.id, "hook": str(e.hook)} for e in view.hooks.values()],
-    "effects": lambda view: [
-        {"name": e.name, "description": e.description, "args_schema": e.args_schema}
-        for e in view.effects.values()
-    ],
-    "endpoints": lambda view: [
-        {"route": e.route, "methods": sorted(e.methods), "public": e.public}
-        for e in view.endpoints
-    ],
-}  # fmt: skip
+class RegistryListView(APIView):
+    """One kind of what the operator's Python registry offers this tenant (read-only), in
+    the registry's order."""
 
+    def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
+        raise NotImplementedError
 
-class RegistryListingView(APIView):
-    """What the operator's Python registry offers this tenant (read-only)."""
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=sorted(_REGISTRY_LISTINGS))
-        ],
-        responses={200: OpenApiTypes.OBJECT},
-    )
-    def get(self, request: Request, kind: str) -> Response:
-        from agents.registry import current_registry
-
-        if kind not in _REGISTRY_LISTINGS:
-            raise NotFound(f"no registry listing {kind!r}; try {', '.join(_REGISTRY_LISTINGS)}")
+    def get(self, request: Request) -> Response:
         view = current_registry().visible_to(request_principal(request).tenant.slug)
-        return Response({"results": _REGISTRY_LISTINGS[kind](view)})
+        return paginate(request, self.entries(view), lambda entry: entry, view=self)
+
+
+def _registry_schema(kind: str, serializer: Any, summary: str) -> Callable[[Any], Any]:
+    return extend_schema(
+        operation_id=f"registry_{kind}_list", summary=summary,
+        parameters=[*PAGE_PARAMETERS], responses=page_of(serializer),
+    )  # fmt: skip
+
+
+class RegistryToolsView(RegistryListView):
+    def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
+        return [
+            {"name": e.name, "description": e.description, "args_schema": e.args_schema,
+             "variables": _variables(e), "progress_argument": e.progress_argument}
+            for e in view.tools.values()
+        ]  # fmt: skip
+
+    @_registry_schema("tools", RegistryToolSerializer, "List the registry's tools")
+    def get(self, request: Request) -> Response:
+        return super().get(request)
+
+
+class RegistryHooksView(RegistryListView):
+    def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
+        return [{"id": e.id, "hook": str(e.hook)} for e in view.hooks.values()]
+
+    @_registry_schema("hooks", RegistryHookSerializer, "List the registry's hooks")
+    def get(self, request: Request) -> Response:
+        return super().get(request)
+
+
+class RegistryEffectsView(RegistryListView):
+    def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
+        return [
+            {"name": e.name, "description": e.description, "args_schema": e.args_schema}
+            for e in view.effects.values()
+        ]
+
+    @_registry_schema("effects", RegistryEffectSerializer, "List the registry's effects")
+    def get(self, request: Request) -> Response:
+        return super().get(request)
+
+
+class RegistryEndpointsView(RegistryListView):
+    def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
+        return [
+            {"route": e.route, "methods": sorted(e.methods), "public": e.public}
+            for e in view.endpoints
+        ]
+
+    @_registry_schema(
+        "endpoints", RegistryEndpointSerializer, "List the registry's thread endpoints"
+    )
+    def get(self, request: Request) -> Response:
+        return super().get(request)
 
 
 # Permission rules -----------------------------------------------------------------------------
-
-
-class PermissionRuleInput(BaseModel):
-    """A tenant permission rule: ``decision`` for calls of ``tool`` by agent ``agent``
-    (empty: every tool, every agent), limited by the condition ``when`` (docs/definitions.md)."""
-
-    agent: str = Field("", description="an agent's name; empty: every agent")
-    tool: str = Field("", description="a tool's name; empty: every tool")
-    decision: Literal["allow", "ask", "deny"]
-    when: Any = Field(None, description="a JSON-logic condition on the call's arguments")
-    expires_in: int | None = Field(
-        None, description="ask: seconds a person has to decide (default ACTION_TTL_S)"
-    )
-    on_expiry: Literal["deny", "allow"] | None = Field(
-        None, description="ask: what an unanswered request resolves to (default deny)"
-    )
-    description: str = Field("", max_length=500)
-
-
-class PermissionRuleOutput(PermissionRuleInput):
-    id: str
-    created_at: str
-    updated_at: str
 
 
 class PermissionRuleViewSet(TenantScopedViewSet):
@@ -306,33 +346,50 @@ class PermissionRuleViewSet(TenantScopedViewSet):
     queryset = PermissionRule.objects.all()
     write_role = Role.ADMIN
     lookup_value_regex = "[0-9a-fA-F-]{36}"
+    ordering = ("created_at", "id")
 
     @extend_schema(
-        operation_id="permission_rules_list", responses=OpenApiTypes.OBJECT,
-        description="Paginated: `{count, next, previous, results}`, oldest first",
+        operation_id="permission_rules_list", summary="List the tenant's permission rules",
+        description="Oldest first.", responses=PermissionRuleSerializer,
     )  # fmt: skip
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         assert page is not None
         return self.get_paginated_response([permission_rule_json(row) for row in page])
 
-    @extend_schema(request=PermissionRuleInput, responses={201: PermissionRuleOutput})
+    @extend_schema(
+        operation_id="permission_rules_create", summary="Create a permission rule",
+        request=PermissionRuleInput, responses={201: PermissionRuleSerializer},
+    )  # fmt: skip
     def create(self, request: Request) -> Response:
         row = permission_rule_save(tenant=self.principal.tenant, data=request.data)
         return Response(permission_rule_json(row), status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses=PermissionRuleOutput)
+    @extend_schema(
+        operation_id="permission_rules_retrieve", summary="Get a permission rule",
+        responses=PermissionRuleSerializer,
+    )  # fmt: skip
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(permission_rule_json(self.get_object()))
 
-    @extend_schema(request=PermissionRuleInput, responses=PermissionRuleOutput)
+    @extend_schema(
+        operation_id="permission_rules_update", summary="Replace a permission rule",
+        description="The fields left out take their defaults.",
+        request=PermissionRuleInput, responses=PermissionRuleSerializer,
+    )  # fmt: skip
     def update(self, request: Request, pk: str) -> Response:
         row = permission_rule_save(
             tenant=self.principal.tenant, data=request.data, current=self.get_object()
         )
         return Response(permission_rule_json(row))
 
-    @extend_schema(request=PermissionRuleInput, responses=PermissionRuleOutput)
+    @extend_schema(
+        operation_id="permission_rules_partial_update",
+        summary="Change some fields of a permission rule",
+        description="The fields sent replace the stored ones; the others are kept, except "
+        "that a rule whose `decision` is no longer `ask` drops `expires_in` and `on_expiry`.",
+        request=PermissionRuleInput, responses=PermissionRuleSerializer,
+    )  # fmt: skip
     def partial_update(self, request: Request, pk: str) -> Response:
         current = self.get_object()
         merged = {name: getattr(current, name) for name in PERMISSION_RULE_FIELDS}
@@ -345,7 +402,10 @@ class PermissionRuleViewSet(TenantScopedViewSet):
         )
         return Response(permission_rule_json(row))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        operation_id="permission_rules_destroy", summary="Delete a permission rule",
+        responses={204: None},
+    )  # fmt: skip
     def destroy(self, request: Request, pk: str) -> Response:
         permission_rule_delete(tenant=self.principal.tenant, row=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)

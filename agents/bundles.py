@@ -207,9 +207,12 @@ def _plan_and_apply(
                 continue
             if report.dry_run:
                 continue
+            values, moment = document_values(doc), now()
             row, _ = model.objects.update_or_create(
-                tenant=tenant, name=name, defaults={**document_values(doc), "updated_at": now()}
-            )
+                tenant=tenant, name=name, defaults={**values, "updated_at": moment},
+                # One moment for both: a default created_at would come after updated_at.
+                create_defaults={**values, "created_at": moment, "updated_at": moment},
+            )  # fmt: skip
             if isinstance(row, Model) and new_key is not None:
                 model_api_key_set(row=row, api_key=new_key)
         if replace:

@@ -16,7 +16,7 @@ from agents.permissions import ConditionInvalid, Rule, decision_of, rule_from
 from agents.selectors import definitions_changed
 from common.errors import ValidationFailed
 from common.payloads import object_body, text_field
-from common.time import now
+from common.time import now, to_us
 from tenancy.models import Tenant
 
 FIELDS = ("agent", "tool", "decision", "when", "expires_in", "on_expiry", "description")
@@ -42,7 +42,7 @@ def permission_rule_json(row: PermissionRule) -> dict[str, Any]:
         "when": row.when, "expires_in": row.expires_in,
         "on_expiry": row.on_expiry or ("deny" if row.decision == "ask" else None),
         "description": row.description,
-        "created_at": row.created_at.isoformat(), "updated_at": row.updated_at.isoformat(),
+        "created_at": to_us(row.created_at), "updated_at": to_us(row.updated_at),
     }  # fmt: skip
 
 

@@ -7,7 +7,10 @@ from agents.api import (
     ModelViewSet,
     PermissionRuleViewSet,
     PromptViewSet,
-    RegistryListingView,
+    RegistryEffectsView,
+    RegistryEndpointsView,
+    RegistryHooksView,
+    RegistryToolsView,
 )
 from common.api import Router
 
@@ -20,10 +23,9 @@ router.register("permission-rules", PermissionRuleViewSet, basename="permission-
 
 urlpatterns = [
     re_path(r"^bundles/?$", BundleView.as_view(), name="bundles"),
-    re_path(
-        r"^registry/(?P<kind>tools|hooks|effects|endpoints)/?$",
-        RegistryListingView.as_view(),
-        name="registry-listing",
-    ),
+    re_path(r"^registry/tools/?$", RegistryToolsView.as_view(), name="registry-tools"),
+    re_path(r"^registry/hooks/?$", RegistryHooksView.as_view(), name="registry-hooks"),
+    re_path(r"^registry/effects/?$", RegistryEffectsView.as_view(), name="registry-effects"),
+    re_path(r"^registry/endpoints/?$", RegistryEndpointsView.as_view(), name="registry-endpoints"),
     *router.urls,
 ]

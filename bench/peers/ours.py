@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
@@ -103,8 +104,14 @@ class OursClient:
         _check_answer(self.http.expect(200, "GET", path))
 
     def messages(self, thread_id: str) -> list[Message]:
-        body = self.http.expect(200, "GET", f"/api/v1/threads/{thread_id}/messages?limit=500")
-        return [_message(one) for one in body["messages"]]
+        """The thread's messages, oldest first: every page of the list."""
+        found: list[Message] = []
+        path: str | None = f"/api/v1/threads/{thread_id}/messages?limit=500"
+        while path is not None:
+            body = self.http.expect(200, "GET", path)
+            found += [_message(one) for one in body["results"]]
+            path = _path_of(body["next"]) if body["next"] is not None else None
+        return found
 
     def close(self) -> None:
         self.http.close()
@@ -116,6 +123,12 @@ def _check_answer(body: dict[str, Any]) -> None:
     if not body["done"] or turn["status"] != "completed":
         raise BenchError(f"turn {turn['id']} is {turn['status']}: {turn.get('error')}")
     check_final([_message(one) for one in body["messages"]], f"turn {turn['id']}")
+
+
+def _path_of(url: str) -> str:
+    """The path and query of a list's ``next`` URL (the connection knows the host)."""
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}"
 
 
 def _message(stored: dict[str, Any]) -> Message:

@@ -21,12 +21,33 @@ one exception handler answers nothing else.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
+
+API_PREFIX = "/api/v1/"
+
+# The tag of an operation is the resource it acts on: the first segment of its path, or
+# for a thread's parts the segment after the thread, renamed here where several segments
+# are one resource.
+_TAG_OF_SEGMENT = {
+    "fs": "files",
+    "fs-search": "files",
+    "fs-stats": "files",
+    "children": "subagents",
+    "variables": "subagents",
+    "continue": "turns",
+    "stop": "threads",
+    "terminate": "threads",
+    "run-code": "code",
+    "me": "access",
+    "api-keys": "access",
+    "ws-tickets": "access",
+}
 
 ERROR_DESCRIPTIONS = {
     400: "The input breaks a rule or cannot be parsed; `field` names where",
@@ -55,7 +76,7 @@ class ErrorDetailOutput(serializers.Serializer[Any]):
 
 
 class ErrorOutput(serializers.Serializer[Any]):
-    """Every error the API answers: ``{"error": {"code", "message", "field"?, "details"?}}``."""
+    """Every error the API answers: `{"error": {"code", "message", "field"?, "details"?}}`."""
 
     error = ErrorDetailOutput()
 
@@ -78,8 +99,41 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
 THREAD_SCOPED = "/api/v1/threads/{thread_id}/"
 
 
+class PageSerializer(serializers.Serializer[Any]):
+    next = serializers.URLField(allow_null=True, help_text="the next page, or null on the last")
+    previous = serializers.URLField(
+        allow_null=True, help_text="the previous page, or null on the first"
+    )
+
+
+@cache
+def page_of(item: type[serializers.Serializer[Any]]) -> type[serializers.Serializer[Any]]:
+    """The serializer of one page of ``item``s (see :mod:`common.pagination`), named
+    ``Paginated<Item>List`` as drf-spectacular names a list view's page."""
+    name = item.__name__.removesuffix("Serializer")
+    return type(f"Paginated{name}ListSerializer", (PageSerializer,), {"results": item(many=True)})
+
+
+def resource_tag(path: str) -> str:
+    """The tag of the operation at ``path``: ``/api/v1/threads/{thread_id}/kv/{key}`` is
+    ``kv``, ``/api/v1/turns/{turn_id}/wait`` is ``turns``."""
+    segments = [s for s in path.removeprefix(API_PREFIX).split("/") if s]
+    segment = segments[0] if segments else "api"
+    if segment == "threads" and len(segments) > 2:
+        segment = segments[2]
+    return _TAG_OF_SEGMENT.get(segment, segment)
+
+
 class AutoSchema(SpectacularAutoSchema):
-    """drf-spectacular's AutoSchema plus the error statuses each operation can answer."""
+    """drf-spectacular's AutoSchema plus the error statuses each operation can answer, a
+    tag per resource, and descriptions only where a view wrote one for users (docstrings
+    are for the code's readers)."""
+
+    def get_tags(self) -> list[str]:
+        return [resource_tag(self.path)]
+
+    def get_description(self) -> str:  # type: ignore[override]  # drf-spectacular's own
+        return ""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)

@@ -282,7 +282,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["common.drf.CheckedJSONParser"],
     "DEFAULT_METADATA_CLASS": "common.drf.RouteMetadata",
-    "DEFAULT_PAGINATION_CLASS": "common.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "common.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "common.schema.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.exception_handler",
@@ -314,6 +314,11 @@ SPECTACULAR_SETTINGS = {
         "EnvTypeEnum": ["text", "secret"],  # threads.services.env.EnvTypeName
         "PermissionDecisionEnum": "agents.permissions.DECISIONS",
         "ActionDecisionEnum": "threads.services.actions.ANSWERS",
+        "RunStatusEnum": "threads.models.RunStatus.choices",
+        "TurnKindEnum": "threads.models.TurnKind.choices",
+        "TurnStrategyEnum": "threads.models.TurnStrategy.choices",
+        "TurnSourceEnum": "threads.models.TurnSource.choices",
+        "VariableRequestStatusEnum": ["pending", "completed", "expired"],  # expired: read-time
     },
 }
 

@@ -22,12 +22,14 @@ from agents.bundles import (
     bundle_import,
     bundle_parse,
 )
-from agents.models import Model, Prompt
+from agents.models import DEFINITION_MODELS, Model, Prompt
 from agents.services import DefinitionInvalid
+from agents.validation import KINDS
 from common.errors import LimitExceeded
 from config import env
 from tenancy.models import Role, Tenant
 from tests.agents.samples import rich_bundle, seed_rich
+from tests.answers import assert_answers
 from tests.factories import make_tenant
 from tests.support import current_database_url
 
@@ -194,6 +196,40 @@ def test_api_imports_yaml_and_json_and_exports(
     assert exported_json.json() == bundle_export(tenant=tenant)
     assert exported_yaml["Content-Type"] == "application/yaml"
     assert yaml.safe_load(exported_yaml.content) == bundle_export(tenant=tenant)
+
+
+def test_api_answers_are_what_their_components_document(
+    tenant: Tenant, client_for: Callable[..., APIClient]
+) -> None:
+    client = client_for(tenant, Role.MEMBER)
+    bundle = rich_bundle()
+    bundle["models"][1]["api_key"] = "sk-bundle-secret"
+    assert_answers("BundleRequest", bundle)
+
+    report = client.post("/api/v1/bundles?replace=1", bundle, format="json")
+    exported = client.get("/api/v1/bundles")
+    exported_yaml = client.get("/api/v1/bundles?format=yaml")
+
+    assert_answers("BundleReport", report.json())
+    assert_answers("Bundle", exported.json())
+    assert_answers("Bundle", yaml.safe_load(exported_yaml.content))
+
+
+def test_an_import_writes_no_definition_updated_before_it_was_created(
+    tenant: Tenant, member: APIClient
+) -> None:
+    bundle = rich_bundle()
+    member.post("/api/v1/bundles", bundle, format="json")
+    bundle["prompts"][1]["prompt"] = "Be very brief."
+    member.post("/api/v1/bundles", bundle, format="json")
+
+    created = [row for kind in KINDS for row in DEFINITION_MODELS[kind].objects.for_tenant(tenant)]
+    changed = Prompt.objects.for_tenant(tenant).get(name="house_rules")
+    answered = member.get("/api/v1/prompts/house_rules").json()
+    assert len(created) == 12
+    assert all(row.updated_at == row.created_at for row in created if row != changed)
+    assert changed.updated_at > changed.created_at
+    assert answered["updated_at"] > answered["created_at"]
 
 
 def test_api_reports_bundle_errors_as_400_with_paths(

@@ -10,8 +10,10 @@ from rest_framework.test import APIClient
 
 from agents.models import Model
 from agents.selectors import model_load, prompt_load
+from common.time import now_us
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
+from tests.answers import assert_answers, pages
 
 pytestmark = pytest.mark.django_db
 
@@ -259,3 +261,72 @@ def test_a_tools_entry_naming_both_a_prompt_and_an_agent_is_ambiguous(member: AP
     assert response.status_code == 400
     assert response.json()["error"]["field"] == "tools[0]"
     assert "names a prompt and an agent" in response.json()["error"]["message"]
+
+
+def test_each_answer_is_what_its_component_documents(tenant: Tenant, member: APIClient) -> None:
+    seed_rich(tenant)
+    code_tool = {"name": "shout", "description": "Shouts", "source": "export default () => 1"}
+    written = {
+        "Model": member.post(
+            "/api/v1/models", {**MODEL, "name": "keyed", "api_key": "sk-1"}, format="json"
+        ),
+        "Prompt": member.post("/api/v1/prompts", {**PROMPT, "name": "aide"}, format="json"),
+        "Agent": member.post(
+            "/api/v1/agents", {"name": "bot", "side_a": {"prompt": "aide"}}, format="json"
+        ),
+        "CodeTool": member.post("/api/v1/code-tools", code_tool, format="json"),
+    }
+
+    for component, response in written.items():
+        assert response.status_code == 201, response.json()
+        assert_answers(f"{component}Saved", response.json())
+    assert written["Agent"].json()["warnings"][0]["severity"] == "warning"
+    for component, path in [
+        ("Model", "models/smart"),
+        ("Prompt", "prompts/assistant"),
+        ("Agent", "agents/helper"),
+        ("CodeTool", "code-tools/tally_words"),
+    ]:
+        assert_answers(component, member.get(f"/api/v1/{path}").json())
+        listed = member.get(f"/api/v1/{path.split('/')[0]}").json()
+        assert_answers(f"Paginated{component}List", listed)
+
+
+def test_times_are_microseconds_and_a_change_moves_only_updated_at(member: APIClient) -> None:
+    created = member.post("/api/v1/models", MODEL, format="json").json()
+
+    changed = member.patch("/api/v1/models/fast", {"model_id": "other"}, format="json").json()
+
+    assert isinstance(created["created_at"], int)
+    assert abs(created["created_at"] - now_us()) < 60_000_000
+    assert created["created_at"] <= created["updated_at"]
+    assert changed["created_at"] == created["created_at"]
+    assert changed["updated_at"] > created["updated_at"]
+
+
+def test_a_list_pages_by_name_forwards_and_back(member: APIClient) -> None:
+    for name in ("echo", "alpha", "delta", "bravo", "charlie"):
+        member.post("/api/v1/models", {**MODEL, "name": name}, format="json")
+
+    walked = pages(member, "/api/v1/models?limit=2")
+    back = member.get(walked[-1]["previous"]).json()
+
+    assert [[m["name"] for m in page["results"]] for page in walked] == [
+        ["alpha", "bravo"], ["charlie", "delta"], ["echo"],
+    ]  # fmt: skip
+    assert walked[0]["previous"] is None
+    assert "limit=2" in walked[1]["next"]
+    assert [m["name"] for m in back["results"]] == ["charlie", "delta"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("limit=0", "limit"), ("limit=501", "limit"), ("limit=two", "limit"),
+     ("cursor=bm9wZQ", "cursor"), ("cursor=bz14", "cursor")],
+)  # fmt: skip
+def test_a_bad_page_is_a_400_naming_it(member: APIClient, query: str, field: str) -> None:
+    for kind in ("models", "prompts", "agents", "code-tools"):
+        response = member.get(f"/api/v1/{kind}?{query}")
+
+        assert response.status_code == 400, (kind, response.json())
+        assert response.json()["error"]["field"] == field

@@ -10,7 +10,9 @@ from rest_framework.test import APIClient
 
 from agents.permission_rules import tenant_rules_load
 from agents.selectors import definitions_version
+from common.time import now_us
 from tenancy.models import Role, Tenant
+from tests.answers import assert_answers, pages
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +109,41 @@ def test_an_ask_rule_keeps_its_expiry_until_it_no_longer_asks(admin: APIClient) 
     assert (created["expires_in"], created["on_expiry"]) == (600, "allow")
     assert (described["expires_in"], described["on_expiry"]) == (600, "allow")
     assert (denied["decision"], denied["expires_in"], denied["on_expiry"]) == ("deny", None, None)
+
+
+def test_answers_are_what_their_components_document(admin: APIClient) -> None:
+    created = admin.post(
+        "/api/v1/permission-rules",
+        {"tool": "refund", "decision": "ask", "expires_in": 600, "when": ABOVE_100},
+        format="json",
+    ).json()
+
+    changed = admin.patch(
+        f"/api/v1/permission-rules/{created['id']}", {"description": "x"}, format="json"
+    ).json()
+
+    assert_answers("PermissionRule", created)
+    assert_answers("PaginatedPermissionRuleList", admin.get("/api/v1/permission-rules").json())
+    assert isinstance(created["created_at"], int)
+    assert abs(created["created_at"] - now_us()) < 60_000_000
+    assert created["created_at"] <= created["updated_at"] < changed["updated_at"]
+    assert changed["created_at"] == created["created_at"]
+
+
+def test_the_list_pages_oldest_first(admin: APIClient) -> None:
+    made = [
+        admin.post(
+            "/api/v1/permission-rules", {"tool": f"tool_{n}", "decision": "deny"}, format="json"
+        ).json()["id"]
+        for n in range(5)
+    ]
+
+    walked = pages(admin, "/api/v1/permission-rules?limit=2")
+    back = admin.get(walked[-1]["previous"]).json()
+
+    assert [[rule["id"] for rule in page["results"]] for page in walked] == [
+        made[0:2], made[2:4], made[4:],
+    ]  # fmt: skip
+    assert [rule["id"] for rule in back["results"]] == made[2:4]
+    assert admin.get("/api/v1/permission-rules?limit=0").json()["error"]["field"] == "limit"
+    assert admin.get("/api/v1/permission-rules?cursor=x").json()["error"]["field"] == "cursor"

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from agents.registry import Registry, effect, hook, thread_endpoint, tool, use_registry
 from tenancy.models import Role, Tenant
+from tests.answers import assert_answers, pages
 
 pytestmark = pytest.mark.django_db
 
@@ -84,6 +85,32 @@ def test_listings_describe_each_item(
     assert _get(client, "endpoints") == [
         {"route": "reports/[id]", "methods": ["GET"], "public": False}
     ]
+
+
+def test_listings_page_in_the_registrys_order_and_answer_their_components(
+    operator_registry: Registry, tenant: Tenant, client_for: Callable[..., APIClient]
+) -> None:
+    client = client_for(tenant, Role.READ_ONLY)
+
+    walked = pages(client, "/api/v1/registry/tools?limit=1")
+    back = client.get(walked[-1]["previous"]).json()
+
+    assert [[t["name"] for t in page["results"]] for page in walked] == [
+        ["send_invoice"], ["say_hello"],
+    ]  # fmt: skip
+    assert [t["name"] for t in back["results"]] == ["send_invoice"]
+    assert back["previous"] is None
+    for kind, component in [
+        ("tools", "RegistryTool"),
+        ("hooks", "RegistryHook"),
+        ("effects", "RegistryEffect"),
+        ("endpoints", "RegistryEndpoint"),
+    ]:
+        listed = client.get(f"/api/v1/registry/{kind}").json()
+        assert listed["results"], kind
+        assert_answers(f"Paginated{component}List", listed)
+    assert client.get("/api/v1/registry/tools?limit=0").json()["error"]["field"] == "limit"
+    assert client.get("/api/v1/registry/hooks?cursor=x").json()["error"]["field"] == "cursor"
 
 
 def test_unknown_listing_is_404(tenant: Tenant, client_for: Callable[..., APIClient]) -> None:

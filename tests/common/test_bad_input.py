@@ -19,6 +19,7 @@ from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_member, make_thread
 from tests.tenancy.test_isolation import NOT_TENANT_OBJECTS, OBJECT_ROUTES
+from threads.services.webhooks import endpoint_save
 
 pytestmark = pytest.mark.django_db
 
@@ -163,19 +164,111 @@ def test_bad_urls_are_400(
     assert_error(client_for(tenant).get(path), 400, field)
 
 
+THREAD_LISTS = ["/api/v1/threads", "{thread}/messages", "{thread}/turns", "{thread}/actions",
+                "{thread}/effects", "{thread}/children"]  # fmt: skip
+
+
+@pytest.mark.parametrize("route", THREAD_LISTS)
 @pytest.mark.parametrize(
-    "route", ["/api/v1/threads", "/api/v1/agents", "{thread}/kv", "{thread}/messages",
-              "{thread}/logs", "{thread}/turns"],
+    ("query", "field"),
+    [("limit=0", "limit"), ("limit=501", "limit"), ("limit=ten", "limit"),
+     (f"limit={MAX_OFFSET + 1}", "limit"), ("cursor=bz14", "cursor"),
+     ("cursor=%C3%A9", "cursor"),
+     # a position the ordering field cannot hold: `p=abc`, a number past a bigint
+     ("cursor=cD1hYmM%3D", "cursor"),
+     ("cursor=cD05OTk5OTk5OTk5OTk5OTk5OTk5OTk5OQ%3D%3D", "cursor")],
 )  # fmt: skip
-def test_an_offset_past_what_postgres_counts_is_400_naming_it(
-    tenant: Tenant, client_for: Callable[..., APIClient], route: str
+def test_a_bad_limit_or_cursor_on_a_thread_list_is_400_naming_it(
+    tenant: Tenant, client_for: Callable[..., APIClient], route: str, query: str, field: str
 ) -> None:
-    """Found by the schema fuzz: ``?offset=`` past a bigint was a DataError, a 500."""
     path = route.format(thread=f"/api/v1/threads/{make_thread(tenant).pk}")
     client = client_for(tenant)
 
-    assert_error(client.get(f"{path}?offset={MAX_OFFSET + 1}"), 400, "offset")
-    assert client.get(f"{path}?offset={MAX_OFFSET}").status_code == 200
+    assert_error(client.get(f"{path}?{query}"), 400, field)
+    assert client.get(f"{path}?limit=500").status_code == 200
+
+
+TENANT_LISTS = ["/api/v1/models", "/api/v1/prompts", "/api/v1/agents", "/api/v1/code-tools",
+                "/api/v1/permission-rules", "/api/v1/api-keys", "/api/v1/schedules",
+                "/api/v1/webhooks", "{webhook}/deliveries", "/api/v1/registry/tools",
+                "/api/v1/registry/hooks", "/api/v1/registry/effects",
+                "/api/v1/registry/endpoints"]  # fmt: skip
+# The tenant's lists ordered by a time: a cursor whose position is not a time.
+TIMED_LISTS = ["/api/v1/permission-rules", "/api/v1/api-keys", "/api/v1/schedules",
+               "/api/v1/webhooks", "{webhook}/deliveries"]  # fmt: skip
+
+
+def _tenant_list(tenant: Tenant, route: str) -> str:
+    if "{webhook}" not in route:
+        return route
+    data = {"url": "https://example.com/hooks", "event_types": ["thread.status"]}
+    endpoint, _ = endpoint_save(tenant=tenant, data=data)
+    return route.format(webhook=f"/api/v1/webhooks/{endpoint.pk}")
+
+
+@pytest.mark.parametrize("route", TENANT_LISTS)
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("limit=0", "limit"), ("limit=501", "limit"), ("limit=ten", "limit"),
+     (f"limit={MAX_OFFSET + 1}", "limit"), ("cursor=bz14", "cursor"),
+     ("cursor=%C3%A9", "cursor")],
+)  # fmt: skip
+def test_a_bad_limit_or_cursor_on_a_tenant_list_is_400_naming_it(
+    tenant: Tenant, client_for: Callable[..., APIClient], route: str, query: str, field: str
+) -> None:
+    path = _tenant_list(tenant, route)
+    client = client_for(tenant, Role.ADMIN)
+
+    assert_error(client.get(f"{path}?{query}"), 400, field)
+    assert client.get(f"{path}?limit=500").status_code == 200
+
+
+@pytest.mark.parametrize("route", TIMED_LISTS)
+def test_a_forged_position_on_a_tenant_list_ordered_by_time_is_400(
+    tenant: Tenant, client_for: Callable[..., APIClient], route: str
+) -> None:
+    path = _tenant_list(tenant, route)
+
+    assert_error(client_for(tenant, Role.ADMIN).get(f"{path}?cursor=cD1hYmM%3D"), 400, "cursor")
+
+
+@pytest.mark.parametrize(
+    "route", ["{thread}/kv", "{thread}/logs", "{thread}/env", "/api/v1/env", "{thread}/fs",
+              "{thread}/fs-search?find=*", "{thread}/events"],
+)  # fmt: skip
+@pytest.mark.parametrize("limit", ["0", "501", "x", str(MAX_OFFSET + 1)])
+def test_a_bad_page_limit_of_a_threads_storage_list_is_400_naming_it(
+    tenant: Tenant, client_for: Callable[..., APIClient], route: str, limit: str
+) -> None:
+    path = route.format(thread=f"/api/v1/threads/{make_thread(tenant).pk}")
+    joiner = "&" if "?" in path else "?"
+
+    assert_error(client_for(tenant).get(f"{path}{joiner}limit={limit}"), 400, "limit")
+
+
+@pytest.mark.parametrize(
+    ("route", "query", "field"),
+    [
+        ("{thread}/kv", "cursor=bogus", "cursor"),
+        ("{thread}/logs", "cursor=bogus", "cursor"),
+        ("{thread}/env", "cursor=%C3%A9", "cursor"),
+        ("{thread}/fs", "cursor=bogus", "cursor"),
+        ("{thread}/fs", "cursor=YXQ9LTE%3D", "cursor"),  # at=-1
+        ("{thread}/logs", "cursor=cD1hYmM%3D", "cursor"),
+        ("{thread}/events", f"after={MAX_OFFSET + 1}", "after"),
+        ("{thread}/events", "after=-1", "after"),
+    ],
+)
+def test_a_bad_position_in_a_threads_storage_list_is_400_naming_it(
+    tenant: Tenant, client_for: Callable[..., APIClient], route: str, query: str, field: str
+) -> None:
+    """A cursor the list did not give; an event sequence past what PostgreSQL counts (it
+    was a DataError, a 500)."""
+    path = route.format(thread=f"/api/v1/threads/{make_thread(tenant).pk}")
+    client = client_for(tenant)
+
+    assert_error(client.get(f"{path}?{query}"), 400, field)
+    assert client.get(f"{path}?after={MAX_OFFSET}").status_code == 200
 
 
 def test_options_answers_on_every_route(

@@ -7,7 +7,9 @@ from collections.abc import Callable
 import pytest
 from rest_framework.test import APIClient
 
+from common.time import now_us, to_us
 from tenancy.models import ApiKey, Role, Tenant
+from tests.answers import assert_answers, pages
 from tests.factories import make_api_key
 
 pytestmark = pytest.mark.django_db
@@ -37,20 +39,65 @@ def test_admin_creates_a_key_whose_secret_is_shown_once(
     assert me.get("/api/v1/me").json()["role"] == "read_only"
 
 
-def test_list_is_paginated_and_holds_only_the_callers_tenant(
+def test_list_pages_newest_first_and_holds_only_the_callers_tenant(
     tenant: Tenant, other_tenant: Tenant, client_for: Callable[..., APIClient]
 ) -> None:
     admin = client_for(tenant, Role.ADMIN)
-    make_api_key(tenant, name="second")
+    for name in ("second", "third"):
+        make_api_key(tenant, name=name)
     make_api_key(other_tenant, name="foreign")
 
-    body = admin.get(KEYS, {"limit": 1}).json()
+    walked = pages(admin, f"{KEYS}?limit=2")
+    back = admin.get(walked[-1]["previous"]).json()
 
-    assert body["count"] == 2
-    assert len(body["results"]) == 1
-    assert body["next"] is not None
-    names = {item["name"] for item in admin.get(KEYS).json()["results"]}
-    assert names == {"test key", "second"}
+    assert [[key["name"] for key in page["results"]] for page in walked] == [
+        ["third", "second"], ["test key"],
+    ]  # fmt: skip
+    assert [key["name"] for key in back["results"]] == ["third", "second"]
+    assert_answers("PaginatedApiKeyList", walked[0])
+    assert admin.get(f"{KEYS}?limit=501").json()["error"]["field"] == "limit"
+    assert admin.get(f"{KEYS}?cursor=x").json()["error"]["field"] == "cursor"
+
+
+def test_answers_give_times_in_microseconds(
+    tenant: Tenant, client_for: Callable[..., APIClient]
+) -> None:
+    admin = client_for(tenant, Role.ADMIN)
+
+    created = admin.post(KEYS, {"name": "ci"}, format="json").json()
+    revoked = admin.post(f"{KEYS}/{created['id']}/revoke").json()
+
+    assert_answers("ApiKeyCreated", created)
+    assert_answers("ApiKey", revoked)
+    assert_answers("Me", admin.get("/api/v1/me").json())
+    assert abs(created["created_at"] - now_us()) < 60_000_000
+    assert (created["expires_at"], created["revoked_at"], created["last_used_at"]) == (
+        None, None, None,
+    )  # fmt: skip
+    assert created["created_at"] <= revoked["revoked_at"] <= now_us()
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "answered"),
+    [
+        ("2100-01-02T03:04:05.000006Z", 4_102_542_245_000_006),
+        ("2100-01-02T04:04:05.000006+01:00", 4_102_542_245_000_006),
+        ("2100-01-02T03:04:05.000006", 4_102_542_245_000_006),  # no zone: UTC
+        (4_102_542_245_000_006, 4_102_542_245_000_006),
+    ],
+)
+def test_expiry_is_an_iso_datetime_or_microseconds(
+    tenant: Tenant, client_for: Callable[..., APIClient], expires_at: object, answered: int
+) -> None:
+    response = client_for(tenant, Role.ADMIN).post(
+        KEYS, {"name": "ci", "expires_at": expires_at}, format="json"
+    )
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["expires_at"] == answered
+    stored = ApiKey.objects.get(id=response.json()["id"]).expires_at
+    assert stored is not None
+    assert to_us(stored) == answered
 
 
 def test_revoke_stops_the_key_working(tenant: Tenant, client_for: Callable[..., APIClient]) -> None:
@@ -85,11 +132,15 @@ def test_routes_answer_with_and_without_trailing_slash(
         ({"name": "x", "role": "owner"}, "role"),
         ({"name": "x", "expires_at": "yesterday"}, "expires_at"),
         ({"name": "x", "expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),
+        ({"name": "x", "expires_at": 978_307_200_000_000}, "expires_at"),  # 2001: past
+        ({"name": "x", "expires_at": 2**70}, "expires_at"),
+        ({"name": "x", "expires_at": 1.5}, "expires_at"),
+        ({"name": "x", "expires_at": True}, "expires_at"),
         ({"name": "   "}, "name"),
     ],
 )
 def test_bad_key_input_is_400_naming_the_field(
-    tenant: Tenant, client_for: Callable[..., APIClient], payload: dict[str, str], field: str
+    tenant: Tenant, client_for: Callable[..., APIClient], payload: dict[str, object], field: str
 ) -> None:
     response = client_for(tenant, Role.ADMIN).post(KEYS, payload, format="json")
 

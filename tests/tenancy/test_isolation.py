@@ -250,7 +250,6 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
 # Routes with parameters that do not address a tenant's object, and where their
 # tenant isolation is tested instead.
 NOT_TENANT_OBJECTS = {
-    "registry-listing": "tests/agents/test_registry_api.py (restricted items per tenant)",
     "tenant-env-detail": "names a variable of the caller's own tenant (no foreign id in the "
     "URL); tests/threads/test_env_api.py",
 }

@@ -44,13 +44,49 @@ def test_list_shows_names_and_types_never_values(member: APIClient, thread: Thre
     response = member.get(_env(thread))
 
     assert response.status_code == 200
-    assert [(e["name"], e["type"]) for e in response.json()["env"]] == [
+    assert [(e["name"], e["type"]) for e in response.json()["results"]] == [
         ("A_TEXT", "text"),
         ("B_SECRET", "secret"),
     ]
-    assert all(set(e) == {"name", "type", "updated_at"} for e in response.json()["env"])
+    assert all(set(e) == {"name", "type", "updated_at"} for e in response.json()["results"])
+    assert (response.json()["next"], response.json()["previous"]) == (None, None)
     assert b"hidden-b" not in response.content
     assert b"shown-a" not in response.content
+
+
+@pytest.mark.parametrize("level", ["thread", "tenant"])
+def test_both_lists_page_by_name(
+    tenant: Tenant, thread: Thread, client_for: Callable[..., APIClient], level: str
+) -> None:
+    for name in ["C", "A", "D", "B", "E"]:
+        if level == "thread":
+            thread_env_set(thread=thread, name=name, value="v")
+        else:
+            tenant_env_set(tenant=tenant, name=name, value="v")
+    reader = client_for(tenant, Role.READ_ONLY)
+    url = _env(thread) if level == "thread" else "/api/v1/env"
+
+    first = reader.get(url, {"limit": 2}).json()
+    second = reader.get(first["next"]).json()
+    last = reader.get(second["next"]).json()
+    back = reader.get(last["previous"]).json()
+
+    assert [e["name"] for e in first["results"]] == ["A", "B"]
+    assert [e["name"] for e in second["results"]] == ["C", "D"]
+    assert ([e["name"] for e in last["results"]], last["next"]) == (["E"], None)
+    assert (back, first["previous"]) == (second, None)
+
+
+@pytest.mark.parametrize("url", ["/api/v1/env", "{thread}/env"])
+@pytest.mark.parametrize(
+    ("query", "field"), [({"limit": "x"}, "limit"), ({"cursor": "bogus"}, "cursor")]
+)
+def test_a_bad_limit_or_cursor_is_400_naming_it(
+    member: APIClient, thread: Thread, url: str, query: dict[str, str], field: str
+) -> None:
+    response = member.get(url.format(thread=f"/api/v1/threads/{thread.id}"), query)
+
+    assert (response.status_code, response.json()["error"]["field"]) == (400, field)
 
 
 def test_put_without_type_keeps_the_type(member: APIClient, thread: Thread) -> None:
@@ -139,7 +175,7 @@ def test_tenant_env_admin_writes_and_lists_without_values(
 
     assert put.status_code == 200
     assert (put.json()["name"], put.json()["type"]) == ("ORG_TOKEN", "text")
-    assert [(e["name"], e["type"]) for e in listed.json()["env"]] == [("ORG_TOKEN", "text")]
+    assert [(e["name"], e["type"]) for e in listed.json()["results"]] == [("ORG_TOKEN", "text")]
     assert b"org-secret" not in listed.content + put.content
     assert tenant_env_get(tenant=tenant, name="ORG_TOKEN") == EnvValue("org-secret", "text")
 
@@ -174,6 +210,6 @@ def test_tenant_env_is_scoped_to_the_callers_tenant(
     listed = intruder.get("/api/v1/env")
     deleted = intruder.delete("/api/v1/env/ORG")
 
-    assert listed.json()["env"] == []
+    assert listed.json() == {"results": [], "next": None, "previous": None}
     assert deleted.status_code == 404
     assert tenant_env_get(tenant=tenant, name="ORG") == EnvValue("acme", "secret")

@@ -28,24 +28,70 @@ def _frames(body: bytes) -> list[dict[str, str]]:
     return frames
 
 
-def test_the_log_pages_by_sequence(member: APIClient, thread: Thread) -> None:
+def test_the_log_pages_by_sequence_in_the_list_shape(member: APIClient, thread: Thread) -> None:
     _emit(thread, 5)
+    url = f"http://testserver/api/v1/threads/{thread.id}/events"
 
-    first = member.get(f"/api/v1/threads/{thread.id}/events?limit=2").json()
-    rest = member.get(f"/api/v1/threads/{thread.id}/events?after=2&limit=10").json()
+    first = member.get(f"{url}?limit=2").json()
+    second = member.get(first["next"]).json()
+    last = member.get(second["next"]).json()
+    back = member.get(last["previous"]).json()
 
-    assert [e["sequence"] for e in first["events"]] == [1, 2]
-    assert (first["next_after"], first["has_more"]) == (2, True)
-    assert [e["sequence"] for e in rest["events"]] == [3, 4, 5]
-    assert (rest["next_after"], rest["has_more"]) == (5, False)
-    assert rest["events"][0]["payload"] == {"name": "tick", "data": 2}
+    assert set(first) == {"results", "next", "previous"}
+    assert [e["sequence"] for e in first["results"]] == [1, 2]
+    assert (first["next"], first["previous"]) == (f"{url}?after=2&limit=2", None)
+    assert [e["sequence"] for e in second["results"]] == [3, 4]
+    assert (second["next"], second["previous"]) == (f"{url}?after=4&limit=2", f"{url}?limit=2")
+    assert [e["sequence"] for e in last["results"]] == [5]
+    assert (last["next"], last["previous"]) == (None, f"{url}?after=2&limit=2")
+    assert [e["sequence"] for e in back["results"]] == [3, 4]
+    assert last["results"][0]["payload"] == {"name": "tick", "data": 4}
 
 
-def test_a_bad_after_is_a_400(member: APIClient, thread: Thread) -> None:
-    response = member.get(f"/api/v1/threads/{thread.id}/events?after=-3")
+def test_a_follower_resumes_after_the_last_sequence_it_received(
+    member: APIClient, thread: Thread
+) -> None:
+    _emit(thread, 2)
+    url = f"/api/v1/threads/{thread.id}/events"
+
+    caught_up = member.get(url).json()
+    nothing_yet = member.get(f"{url}?after=2").json()
+    _emit(thread, 1)
+    resumed = member.get(f"{url}?after={caught_up['results'][-1]['sequence']}").json()
+
+    assert ([e["sequence"] for e in caught_up["results"]], caught_up["next"]) == ([1, 2], None)
+    assert (nothing_yet["results"], nothing_yet["next"]) == ([], None)
+    assert [e["sequence"] for e in resumed["results"]] == [3]
+
+
+def test_the_default_page_is_50_events(member: APIClient, thread: Thread) -> None:
+    _emit(thread, 51)
+
+    page = member.get(f"/api/v1/threads/{thread.id}/events").json()
+
+    assert [e["sequence"] for e in page["results"]] == list(range(1, 51))
+    assert page["next"].endswith("after=50")
+
+
+@pytest.mark.parametrize(
+    ("query", "headers", "field"),
+    [
+        ("after=-3", {}, "after"),
+        ("after=x", {}, "after"),
+        ("after=9223372036854775808", {}, "after"),
+        ("limit=0", {}, "limit"),
+        ("limit=501", {}, "limit"),
+        ("limit=ten", {}, "limit"),
+        ("", {"Last-Event-ID": "last"}, "Last-Event-ID"),
+    ],
+)
+def test_a_bad_after_limit_or_last_event_id_is_a_400_naming_it(
+    member: APIClient, thread: Thread, query: str, headers: dict[str, str], field: str
+) -> None:
+    response = member.get(f"/api/v1/threads/{thread.id}/events?{query}", headers=headers)
 
     assert response.status_code == 400
-    assert response.json()["error"]["field"] == "after"
+    assert response.json()["error"]["field"] == field
 
 
 def test_event_stream_replays_with_ids_and_honours_last_event_id(

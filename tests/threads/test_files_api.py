@@ -32,6 +32,12 @@ def _routes(settings: Settings, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
+FILE_RECORD = [
+    "path", "name", "mime_type", "storage", "size", "is_directory", "metadata", "width",
+    "height", "created_at", "updated_at",
+]  # fmt: skip
+
+
 def _fs(thread: Thread, rest: str = "") -> str:
     return f"/api/v1/threads/{thread.id}/fs" + (f"/{rest}" if rest else "")
 
@@ -93,7 +99,8 @@ def test_raw_upload_stores_body_with_its_content_type(member: APIClient, thread:
 @pytest.mark.parametrize(
     ("path", "mime_type"),
     [("images/p.png", "image/png"), ("notes/a.txt", "text/plain"),
-     ("data/blob.unknownext", "application/octet-stream")],
+     ("notes/b.md", "text/markdown"), ("src/app.ts", "text/typescript"),
+     ("conf/c.yml", "application/yaml"), ("data/blob.unknownext", "application/octet-stream")],
 )  # fmt: skip
 def test_an_upload_without_a_content_type_takes_the_type_its_name_says(
     member: APIClient, thread: Thread, path: str, mime_type: str
@@ -214,12 +221,48 @@ def test_stat_and_directory_listing(member: APIClient, thread: Thread) -> None:
     missing = member.get(_fs(thread, "nope"))
 
     assert (stat.status_code, stat.json()["size"], stat.json()["path"]) == (200, 3, "/d/a.txt")
-    assert listing.json()["path"] == "/d"
-    assert [(e["name"], e["is_directory"]) for e in listing.json()["entries"]] == [
+    assert set(stat.json()) == set(FILE_RECORD)
+    assert (listing.json()["path"], listing.json()["next"], listing.json()["previous"]) == (
+        "/d", None, None,
+    )  # fmt: skip
+    assert [(e["name"], e["is_directory"]) for e in listing.json()["results"]] == [
         ("a.txt", False), ("sub", True),
     ]  # fmt: skip
-    assert [e["path"] for e in root.json()["entries"]] == ["/d"]
+    assert listing.json()["results"][0] == stat.json()
+    assert [e["path"] for e in root.json()["results"]] == ["/d"]
+    assert root.json()["path"] == "/"
     assert missing.status_code == 404
+
+
+def test_a_directory_lists_by_path_a_page_at_a_time(member: APIClient, thread: Thread) -> None:
+    for n in range(5):
+        file_write(thread=thread, path=f"/d/f{n}.txt", data=b"x", mime_type="text/plain")
+
+    first = member.get(_fs(thread, "d"), {"limit": 2}).json()
+    second = member.get(first["next"]).json()
+    last = member.get(second["next"]).json()
+    back = member.get(last["previous"]).json()
+
+    assert [e["name"] for e in first["results"]] == ["f0.txt", "f1.txt"]
+    assert first["previous"] is None
+    assert [e["name"] for e in second["results"]] == ["f2.txt", "f3.txt"]
+    assert ([e["name"] for e in last["results"]], last["next"]) == (["f4.txt"], None)
+    assert back == second
+    assert {first["path"], second["path"], last["path"]} == {"/d"}
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [({"limit": 0}, "limit"), ({"limit": 501}, "limit"), ({"cursor": "bogus"}, "cursor")],
+)
+def test_a_bad_limit_or_cursor_of_a_listing_is_400_naming_it(
+    member: APIClient, thread: Thread, query: dict[str, Any], field: str
+) -> None:
+    file_mkdir(thread=thread, path="/d")
+
+    responses = [member.get(_fs(thread, "d"), query), member.get(_fs(thread), query)]
+
+    assert [(r.status_code, r.json()["error"]["field"]) for r in responses] == [(400, field)] * 2
 
 
 def test_post_json_directory_is_mkdir(member: APIClient, thread: Thread) -> None:
@@ -291,12 +334,12 @@ def test_grep_and_find_over_a_thousand_files(member: APIClient, thread: Thread) 
     _tree(thread)
     search = f"/api/v1/threads/{thread.id}/fs-search"
 
-    grep = member.get(search, {"grep": "needle", "limit": "1000"}).json()["results"]
-    grep_dir = member.get(search, {"grep": "needle", "path": "/dir03", "limit": "1000"}).json()
-    capped = member.get(search, {"grep": "needle", "limit": "5"}).json()["results"]
-    jsons = member.get(search, {"find": "**/*.json"}).json()["paths"]
-    tens = member.get(search, {"find": "/dir0?/f01?.txt", "type": "file"}).json()["paths"]
-    dirs = member.get(search, {"find": "data", "type": "directory"}).json()["paths"]
+    grep = _all(member, search, {"grep": "needle", "max_matches": "1000", "limit": "500"})
+    grep_dir = member.get(search, {"grep": "needle", "path": "/dir03", "max_matches": "1000"})
+    capped = member.get(search, {"grep": "needle", "max_matches": "5"}).json()["results"]
+    jsons = [r["path"] for r in _all(member, search, {"find": "**/*.json", "limit": "500"})]
+    tens = [r["path"] for r in _all(member, search, {"find": "/dir0?/f01?.txt", "type": "file"})]
+    dirs = [r["path"] for r in _all(member, search, {"find": "data", "type": "directory"})]
 
     expected = {
         f"/dir{n // 100:02}/f{n % 100:03}.txt": [2, 3] if n % 21 == 0 else [2]
@@ -307,13 +350,67 @@ def test_grep_and_find_over_a_thousand_files(member: APIClient, thread: Thread) 
     assert grep[0]["matches"] == [
         {"line": 2, "content": "needle here"}, {"line": 3, "content": "second needle"},
     ]  # fmt: skip
-    assert [r["path"] for r in grep_dir["results"]] == [
+    assert [r["path"] for r in grep_dir.json()["results"]] == [
         p for p in sorted(expected) if p.startswith("/dir03/")
     ]
     assert sum(len(r["matches"]) for r in capped) == 5
     assert jsons == [f"/dir{d:02}/data/f{f:03}.json" for d in range(10) for f in range(80, 100)]
     assert tens == [f"/dir{d:02}/f{f:03}.txt" for d in range(10) for f in range(10, 20)]
     assert dirs == [f"/dir{d:02}/data" for d in range(10)]
+
+
+def _all(member: APIClient, url: str, query: dict[str, str]) -> list[dict[str, Any]]:
+    """Every result of a search, following ``next`` to the last page."""
+    page = member.get(url, query).json()
+    results: list[dict[str, Any]] = page["results"]
+    while page["next"] is not None:
+        page = member.get(page["next"]).json()
+        results += page["results"]
+    return results
+
+
+def test_search_results_page_by_path(member: APIClient, thread: Thread) -> None:
+    for n in range(5):
+        file_write(thread=thread, path=f"/f{n}.txt", data=b"a\nneedle", mime_type="text/plain")
+    search = f"/api/v1/threads/{thread.id}/fs-search"
+
+    grep = member.get(search, {"grep": "needle", "limit": "2"}).json()
+    grep_next = member.get(grep["next"]).json()
+    found = member.get(search, {"find": "*.txt", "limit": "3"}).json()
+    found_next = member.get(found["next"]).json()
+
+    assert grep["results"] == [
+        {"path": "/f0.txt", "matches": [{"line": 2, "content": "needle"}]},
+        {"path": "/f1.txt", "matches": [{"line": 2, "content": "needle"}]},
+    ]
+    assert [r["path"] for r in grep_next["results"]] == ["/f2.txt", "/f3.txt"]
+    assert "grep=needle" in grep["next"]
+    assert found["results"] == [{"path": "/f0.txt"}, {"path": "/f1.txt"}, {"path": "/f2.txt"}]
+    assert (found_next["results"], found_next["next"]) == (
+        [{"path": "/f3.txt"}, {"path": "/f4.txt"}],
+        None,
+    )
+    assert member.get(found_next["previous"]).json() == found
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"find": "*", "limit": "0"}, "limit"),
+        ({"grep": "a", "limit": "501"}, "limit"),
+        ({"find": "*", "cursor": "bogus"}, "cursor"),
+        ({"grep": "a", "max_matches": "0"}, "max_matches"),
+        ({"grep": "a", "max_matches": "10001"}, "max_matches"),
+    ],
+)
+def test_a_bad_page_or_cap_of_a_search_is_400_naming_it(
+    member: APIClient, thread: Thread, query: dict[str, str], field: str
+) -> None:
+    file_write(thread=thread, path="/a.txt", data=b"a", mime_type="text/plain")
+
+    response = member.get(f"/api/v1/threads/{thread.id}/fs-search", query)
+
+    assert (response.status_code, response.json()["error"]["field"]) == (400, field)
 
 
 def test_search_needs_exactly_one_of_grep_and_find(member: APIClient, thread: Thread) -> None:
@@ -362,3 +459,15 @@ def test_read_only_key_reads_but_cannot_write(
     assert (read.status_code, _body(read)) == (200, b"a")
     assert (upload.status_code, mkdir.status_code, delete.status_code) == (403, 403, 403)
     assert [row.path for row in ThreadFile.objects.filter(thread=thread)] == ["/a.txt"]
+
+
+def test_the_root_is_read_only(member: APIClient, thread: Thread) -> None:
+    responses = [
+        member.put(_fs(thread), b"x", content_type="text/plain"),
+        member.post(_fs(thread), {"type": "directory"}, format="json"),
+        member.delete(_fs(thread)),
+        member.delete(_fs(thread) + "/"),
+    ]
+
+    assert [(r.status_code, r["Allow"]) for r in responses] == [(405, "GET, HEAD, OPTIONS")] * 4
+    assert member.get(_fs(thread)).status_code == 200

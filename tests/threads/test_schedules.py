@@ -15,6 +15,7 @@ from agents.registry import effect, use_registry
 from common.time import now_us
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
+from tests.answers import assert_answers, pages
 from tests.factories import make_thread
 from threads.models import Schedule, ScheduledEffect, Thread, Turn
 from threads.runtime.schedules import next_slot, schedules_fire
@@ -216,3 +217,39 @@ def test_a_schedule_is_listed_changed_and_deleted(tenant: Tenant, api: APIClient
     assert deleted.status_code == 204
     assert api.get(url).status_code == 404
     assert api.get("/api/v1/schedules", {"thread_id": "nope"}).status_code == 400
+
+
+def test_answers_are_what_their_components_document(
+    tenant: Tenant, api: APIClient, pinged: list[Any]
+) -> None:
+    thread = make_thread(tenant)
+    turn = _create(api, agent="helper", cron="0 9 * * *", input={"content": "x"})
+    effect = _create(api, thread_id=str(thread.id), cron="0 9 * * *", action="effect",
+                     effect={"name": "ping", "args": None})  # fmt: skip
+    schedules_fire(now=max(turn["next_run_at"], effect["next_run_at"]))
+
+    paused = api.post(f"/api/v1/schedules/{turn['id']}/pause").json()
+    resumed = api.post(f"/api/v1/schedules/{turn['id']}/resume").json()
+    listed = api.get("/api/v1/schedules").json()
+
+    for answer in (turn, effect, paused, resumed):
+        assert_answers("Schedule", answer)
+    assert_answers("PaginatedScheduleList", listed)
+    assert {item["last_run"]["thread_id"] is not None for item in listed["results"]} == {True}
+    assert turn["created_at"] <= turn["updated_at"] < paused["updated_at"]
+
+
+def test_the_list_pages_oldest_first_keeping_its_filter(tenant: Tenant, api: APIClient) -> None:
+    thread, other = make_thread(tenant), make_thread(tenant)
+    made = [
+        _create(api, thread_id=str(thread.id), cron="0 9 * * *", input={"content": str(n)})["id"]
+        for n in range(3)
+    ]
+    _create(api, thread_id=str(other.id), cron="0 9 * * *", input={"content": "elsewhere"})
+
+    walked = pages(api, f"/api/v1/schedules?limit=2&thread_id={thread.id}")
+
+    assert [[s["id"] for s in page["results"]] for page in walked] == [made[:2], made[2:]]
+    assert f"thread_id={thread.id}" in walked[0]["next"]
+    assert api.get("/api/v1/schedules?limit=x").json()["error"]["field"] == "limit"
+    assert api.get("/api/v1/schedules?cursor=x").json()["error"]["field"] == "cursor"

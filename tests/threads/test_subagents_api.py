@@ -21,6 +21,7 @@ from agents.documents import ResumableConfig, ToolConfig
 from agents.registry import ToolResult, tool
 from common.time import now_us
 from tenancy.models import Role, Tenant
+from tests.answers import documented
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Event, Log, Message, SubagentLink, Thread, Turn, VariableRequest
 from threads.runtime.spawn import Spawned, SpawnRequest, relationship_load, spawn_child
@@ -111,25 +112,32 @@ def test_children_lists_the_registry_entries_with_each_child_threads_status(
 
     reader = _client(engine.tenant, client_for, Role.READ_ONLY)
     response = reader.get(url)
+    one = reader.get(url, {"limit": 1}).json()
+    rest = reader.get(one["next"]).json()
 
     assert response.status_code == 200, response.content
     body = response.json()
-    assert body["total"] == 2
+    assert (body["next"], body["previous"]) == (None, None)
+    assert [c["reference"] for c in [*one["results"], *rest["results"]]] == [
+        str(first.pk),
+        str(second.pk),
+    ]
+    assert (rest["next"], reader.get(rest["previous"]).json()) == (None, one)
     assert [
         (c["reference"], c["title"], c["relationship"], c["name"], c["status"], c["thread_status"])
-        for c in body["children"]
+        for c in body["results"]
     ] == [
         (str(first.pk), "first", "pair", "pair", "running", "queued"),
         (str(second.pk), "second", "pair", "pair", "terminated", "cancelled"),
     ]
-    entry = body["children"][0]
+    entry = body["results"][0]
     assert (entry["blocking"], entry["resumable"], entry["parent_communication"]) == (
         False, True, "implicit",
     )  # fmt: skip
     assert (entry["owner"], entry["receives_messages"], entry["terminated_at"]) == (
         "a", "side_a", None,
     )  # fmt: skip
-    assert body["children"][1]["terminated_at"] is not None
+    assert body["results"][1]["terminated_at"] is not None
     assert reader.post(url, {}, format="json").status_code == 403
     assert _client(engine.tenant, client_for, Role.MEMBER).post(url, {}).status_code == 405
     intruder = _client(other_tenant, client_for, Role.ADMIN)
@@ -146,7 +154,9 @@ def test_children_of_a_thread_without_subagents_is_an_empty_list(
         f"/api/v1/threads/{thread.id}/children"
     )
 
-    assert (response.status_code, response.json()) == (200, {"children": [], "total": 0})
+    assert (response.status_code, response.json()) == (
+        200, {"results": [], "next": None, "previous": None},
+    )  # fmt: skip
 
 
 # The variable-bootstrap flow -----------------------------------------------------------------
@@ -233,7 +243,7 @@ def test_the_variable_bootstrap_flow_end_to_end_never_shows_the_secret(
 
     assert done.status_code == 200, done.content
     child = Thread.objects.get(parent=parent)
-    assert done.json() == {
+    assert documented("post", "/api/v1/threads/{thread_id}/variables/{request_id}", done) == {
         "request_id": request_id, "child_thread_id": str(child.pk), "status": "success",
     }  # fmt: skip
     assert ThreadState(child).env("CHILD_TOKEN") == SECRET

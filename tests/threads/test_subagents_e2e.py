@@ -251,8 +251,8 @@ def _subagent_events(thread: Thread) -> list[tuple[str, str]]:
 def _rest_events(api: APIClient, thread: Thread) -> list[tuple[str, str]]:
     response = api.get(f"/api/v1/threads/{thread.id}/events?limit=500")
     assert response.status_code == 200, response.content
-    assert response.json()["has_more"] is False
-    return [(e["type"], e["subagent_id"]) for e in response.json()["events"]
+    assert response.json()["next"] is None
+    return [(e["type"], e["subagent_id"]) for e in response.json()["results"]
             if e["type"].startswith("subagent.")]  # fmt: skip
 
 

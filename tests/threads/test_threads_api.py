@@ -72,7 +72,7 @@ def test_list_filters_and_paginates(tenant: Tenant, member: APIClient) -> None:
     make_thread(tenant, agent_name="helper", user_id="b", status="failed")
 
     def ids(query: str) -> int:
-        return int(member.get(f"/api/v1/threads?{query}").json()["count"])
+        return len(member.get(f"/api/v1/threads?{query}").json()["results"])
 
     assert ids("") == 3
     assert ids("agent=helper") == 2
@@ -84,6 +84,50 @@ def test_list_filters_and_paginates(tenant: Tenant, member: APIClient) -> None:
     assert ids("created_before=2000-01-01T00:00:00Z") == 0
     assert len(member.get("/api/v1/threads?limit=2").json()["results"]) == 2
     assert member.get("/api/v1/threads?status=nap").json()["error"]["field"] == "status"
+
+
+def _pages(client: APIClient, url: str) -> list[dict[str, Any]]:
+    """Every page of a list, following ``next`` from ``url``."""
+    pages = []
+    next_url: str | None = url
+    while next_url is not None:
+        response = client.get(next_url)
+        assert response.status_code == 200, response.content
+        pages.append(response.json())
+        next_url = pages[-1]["next"]
+    return pages
+
+
+def test_threads_page_newest_first_by_cursor(tenant: Tenant, member: APIClient) -> None:
+    made = [make_thread(tenant, agent_name="helper") for _ in range(5)]
+    newest_first = [str(t.id) for t in sorted(made, key=lambda t: (-t.created_at, str(t.id)))]
+
+    pages = _pages(member, "/api/v1/threads?limit=2&agent=helper")
+    back = member.get(pages[1]["previous"]).json()
+
+    assert [[t["id"] for t in page["results"]] for page in pages] == [
+        newest_first[:2],
+        newest_first[2:4],
+        newest_first[4:],
+    ]
+    assert (pages[0]["previous"], pages[-1]["next"]) == (None, None)
+    assert all("agent=helper" in page["next"] for page in pages[:-1])
+    assert [t["id"] for t in back["results"]] == newest_first[:2]
+    assert set(pages[0]) == {"results", "next", "previous"}
+
+
+def test_a_derived_status_filter_pages_each_matching_thread_once(
+    tenant: Tenant, member: APIClient
+) -> None:
+    """``lost`` is read, not stored: running threads no worker holds."""
+    lost = {str(make_thread(tenant, status="running").id) for _ in range(3)}
+    make_thread(tenant, status="completed")
+
+    pages = _pages(member, "/api/v1/threads?status=lost&limit=2")
+
+    listed = [t["id"] for page in pages for t in page["results"]]
+    assert (len(pages), len(listed), set(listed)) == (2, 3, lost)
+    assert all(t["status"] == "lost" for page in pages for t in page["results"])
 
 
 def test_update_tags_and_metadata(thread: Thread, member: APIClient) -> None:
@@ -116,7 +160,8 @@ def test_messages_list_get_patch_inject_delete(thread: Thread, member: APIClient
         message_inject(thread=thread, role="user", content=f"m{index}")
     message_inject(thread=thread, role="system", content="quiet", silent=True)
 
-    newest_two = member.get(f"{base}?limit=2").json()
+    first_two = member.get(f"{base}?limit=2").json()
+    newest_two = member.get(f"{base}?limit=2&order=desc").json()
     with_silent = member.get(f"{base}?include_silent=true").json()
     injected = member.post(
         f"{base}/inject", {"role": "assistant", "content": "note"}, format="json"
@@ -126,14 +171,59 @@ def test_messages_list_get_patch_inject_delete(thread: Thread, member: APIClient
     fetched = member.get(f"{base}/{message_id}")
     deleted = member.delete(f"{base}/{message_id}")
 
-    assert [m["content"] for m in newest_two["messages"]] == ["m2", "m3"]
-    assert (newest_two["total"], newest_two["has_more"]) == (4, True)
-    assert with_silent["total"] == 5
+    assert [m["content"] for m in first_two["results"]] == ["m0", "m1"]
+    assert [m["content"] for m in newest_two["results"]] == ["m3", "m2"]
+    assert (first_two["previous"], first_two["next"] is not None) == (None, True)
+    assert [m["content"] for m in with_silent["results"]] == ["m0", "m1", "m2", "m3", "quiet"]
     assert injected.status_code == 201
     assert patched.json()["metadata"] == {"x": 1}
     assert fetched.json()["content"] == "note"
     assert deleted.status_code == 204
     assert member.get(f"{base}/{message_id}").status_code == 404
+
+
+def test_paging_messages_forward_meets_each_once_oldest_to_newest(
+    thread: Thread, member: APIClient
+) -> None:
+    base = f"/api/v1/threads/{thread.id}/messages"
+    for index in range(5):
+        message_inject(thread=thread, role="user", content=f"m{index}")
+
+    pages = _pages(member, f"{base}?limit=2&order=asc")
+    message_inject(thread=thread, role="user", content="m5")  # written while paging
+    after = member.get(pages[-1]["previous"]).json()
+    backwards = _pages(member, f"{base}?limit=2&order=desc")
+
+    assert [[m["content"] for m in page["results"]] for page in pages] == [
+        ["m0", "m1"],
+        ["m2", "m3"],
+        ["m4"],
+    ]
+    assert [m["content"] for m in after["results"]] == ["m2", "m3"]
+    assert [m["content"] for page in backwards for m in page["results"]] == [
+        "m5",
+        "m4",
+        "m3",
+        "m2",
+        "m1",
+        "m0",
+    ]
+    assert all("order=desc" in page["next"] for page in backwards[:-1])
+
+
+def test_messages_list_filters_by_depth_and_silence(thread: Thread, member: APIClient) -> None:
+    base = f"/api/v1/threads/{thread.id}/messages"
+    top = message_inject(thread=thread, role="assistant", content="top")
+    message_inject(thread=thread, role="user", content="nested", parent=top)
+    message_inject(thread=thread, role="system", content="quiet", silent=True)
+
+    def said(query: str) -> list[str]:
+        return [m["content"] for m in member.get(f"{base}?{query}").json()["results"]]
+
+    assert said("") == ["top"]
+    assert said("depth=1") == ["top", "nested"]
+    assert said("depth=1&include_silent=true") == ["top", "nested", "quiet"]
+    assert member.get(f"{base}?order=up").json()["error"]["field"] == "order"
 
 
 def test_inject_refuses_bad_roles(thread: Thread, member: APIClient) -> None:
@@ -152,8 +242,8 @@ def test_logs(thread: Thread, member: APIClient) -> None:
     listed = member.get(f"/api/v1/threads/{thread.id}/logs?limit=2").json()
     one = member.get(f"/api/v1/threads/{thread.id}/logs/{logs[0].id}")
 
-    assert [log["data"]["n"] for log in listed["logs"]] == [2, 1]
-    assert (listed["total"], listed["has_more"]) == (3, True)
+    assert [log["data"]["n"] for log in listed["results"]] == [2, 1]
+    assert (listed["next"] is not None, listed["previous"]) == (True, None)
     assert one.json()["kind"] == "llm"
 
 

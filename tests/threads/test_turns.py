@@ -197,6 +197,27 @@ def test_turns_are_listed_newest_first_and_filter_by_status(engine: Engine, api:
     assert (bad.status_code, bad.json()["error"]["field"]) == (400, "status")
 
 
+def test_turns_page_newest_first_with_the_messages_each_wrote(
+    engine: Engine, api: APIClient
+) -> None:
+    thread = helper(engine)
+    engine.script.text("one")
+    first = submit(api, thread, "a")
+    engine.drive(thread)
+    second, third = submit(api, thread, "b"), submit(api, thread, "c")
+    url = f"/api/v1/threads/{thread.id}/turns"
+
+    page = api.get(url, {"limit": 2}).json()
+    rest = api.get(page["next"]).json()
+    back = api.get(rest["previous"]).json()
+
+    assert [t["id"] for t in page["results"]] == [third["id"], second["id"]]
+    assert ([t["id"] for t in rest["results"]], rest["next"]) == ([first["id"]], None)
+    assert back == page
+    assert len(rest["results"][0]["message_ids"]) == 2  # the question and the answer
+    assert [t["message_ids"] for t in page["results"]] == [[], []]
+
+
 def test_a_turn_id_that_is_not_a_uuid_or_not_the_tenants_is_a_404(
     engine: Engine, api: APIClient, other_tenant: Tenant, client_for: Callable[..., APIClient]
 ) -> None:

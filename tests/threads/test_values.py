@@ -20,9 +20,11 @@ from threads.services.values import (
     MAX_VALUE_BYTES,
     MAX_VALUE_DEPTH,
     CorruptValue,
+    StoredValue,
     value_delete,
     value_get,
     value_list,
+    value_of,
     value_rename,
     value_serialize,
     value_set,
@@ -188,24 +190,18 @@ def test_key_count_cap_refuses_new_keys_but_allows_updates(
     assert value_get(thread=thread, key="c") is None
 
 
-def test_list_pages_by_key_with_total_and_search(thread: Thread) -> None:
+def test_list_orders_by_key_and_searches_keys_case_insensitively(thread: Thread) -> None:
     for key in ["b:2", "a:1", "c:3", "B:4"]:
         value_set(thread=thread, key=key, value={"k": key})
 
-    page, total = value_list(thread=thread, limit=2, offset=1)
-    found, found_total = value_list(thread=thread, search="b")
+    listed = value_list(thread=thread)
+    found = value_list(thread=thread, search="b")
 
-    assert total == 4
-    assert [item.key for item in page] == ["a:1", "b:2"]  # "B:4" sorts first
-    assert page[0].value == {"k": "a:1"}
-    assert (sorted(item.key for item in found), found_total) == (["B:4", "b:2"], 2)
-
-
-def test_list_rejects_a_limit_past_its_cap(thread: Thread) -> None:
-    with pytest.raises(ValidationFailed) as caught:
-        value_list(thread=thread, limit=100_000)
-
-    assert caught.value.field == "limit"
+    assert [row.key for row in listed] == ["B:4", "a:1", "b:2", "c:3"]  # "B:4" sorts first
+    assert value_of(thread=thread, row=listed[1]) == StoredValue(
+        "a:1", {"k": "a:1"}, 11, listed[1].updated_at
+    )
+    assert sorted(row.key for row in found) == ["B:4", "b:2"]
 
 
 def test_rename_moves_the_value_and_reports_both_keys(thread: Thread) -> None:

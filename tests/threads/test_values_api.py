@@ -41,19 +41,28 @@ def test_keys_may_contain_slashes(member: APIClient, thread: Thread) -> None:
     assert value_get(thread=thread, key="dir/sub/key") == 1
 
 
-def test_list_pages_with_total_limit_offset_and_search(member: APIClient, thread: Thread) -> None:
+def test_list_pages_by_key_in_the_list_shape_and_keeps_search(
+    member: APIClient, thread: Thread
+) -> None:
     for key in ["a", "b", "c", "ab"]:
         value_set(thread=thread, key=key, value=key.upper())
 
-    page = member.get(_kv(thread), {"limit": 2, "offset": 1}).json()
-    found = member.get(_kv(thread), {"search": "b"}).json()
+    first = member.get(_kv(thread), {"limit": 2}).json()
+    last = member.get(first["next"]).json()
+    back = member.get(last["previous"]).json()
+    found = member.get(_kv(thread), {"search": "B", "limit": "1"}).json()
+    found_next = member.get(found["next"]).json()
 
-    assert page["values"][0] == {
-        "key": "ab", "value": "AB", "size": 4, "updated_at": page["values"][0]["updated_at"],
+    assert set(first) == {"results", "next", "previous"}
+    assert first["results"][1] == {
+        "key": "ab", "value": "AB", "size": 4, "updated_at": first["results"][1]["updated_at"],
     }  # fmt: skip
-    assert [v["key"] for v in page["values"]] == ["ab", "b"]
-    assert (page["total"], page["limit"], page["offset"]) == (4, 2, 1)
-    assert ([v["key"] for v in found["values"]], found["total"]) == (["ab", "b"], 2)
+    assert ([v["key"] for v in first["results"]], first["previous"]) == (["a", "ab"], None)
+    assert ([v["key"] for v in last["results"]], last["next"]) == (["b", "c"], None)
+    assert back == first
+    assert [v["key"] for v in found["results"]] == ["ab"]
+    assert "search=B" in found["next"]
+    assert ([v["key"] for v in found_next["results"]], found_next["next"]) == (["b"], None)
 
 
 def test_put_null_deletes_and_answers_204(member: APIClient, thread: Thread) -> None:
@@ -116,11 +125,17 @@ def test_a_too_large_value_is_413_naming_the_cap(
     assert "MAX_VALUE_BYTES" in response.json()["error"]["message"]
 
 
-def test_bad_list_limit_is_400_naming_limit(member: APIClient, thread: Thread) -> None:
-    response = member.get(_kv(thread), {"limit": 5000})
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [({"limit": 5000}, "limit"), ({"limit": 0}, "limit"), ({"cursor": "bogus"}, "cursor")],
+)
+def test_a_bad_list_limit_or_cursor_is_400_naming_it(
+    member: APIClient, thread: Thread, query: dict[str, Any], field: str
+) -> None:
+    response = member.get(_kv(thread), query)
 
     assert response.status_code == 400
-    assert response.json()["error"]["field"] == "limit"
+    assert response.json()["error"]["field"] == field
 
 
 def test_read_only_may_read_but_not_write(

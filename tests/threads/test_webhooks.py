@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook
 
 from tenancy.models import Role, Tenant
+from tests.answers import assert_answers, pages
 from tests.factories import make_thread
 from threads.events import publish
 from threads.events import webhooks as enqueue_module
@@ -293,3 +294,54 @@ def test_members_cannot_see_or_manage_webhooks(
     assert member.get(f"/api/v1/webhooks/{created['id']}").status_code == 403
     assert "secret" not in admin.get(f"/api/v1/webhooks/{created['id']}").json()
     assert json.dumps(admin.get("/api/v1/webhooks").json()).count("whsec_") == 0
+
+
+def test_answers_are_what_their_components_document(
+    tenant: Tenant, admin: APIClient, receiver: Receiver
+) -> None:
+    created = _register(admin, receiver.url)
+    url = f"/api/v1/webhooks/{created['id']}"
+    receiver.script = [500]
+    delivery = _status_event(make_thread(tenant))
+    webhook_deliver(delivery.pk)
+
+    rotated = admin.post(f"{url}/rotate-secret").json()
+    redelivered = admin.post(f"{url}/deliveries/{delivery.pk}/redeliver").json()
+
+    assert_answers("WebhookCreated", created)
+    assert_answers("Webhook", admin.get(url).json())
+    assert_answers("WebhookSecret", rotated)
+    assert_answers("WebhookDelivery", redelivered)
+    assert_answers("PaginatedWebhookList", admin.get("/api/v1/webhooks").json())
+    delivered = admin.get(f"{url}/deliveries").json()
+    assert_answers("PaginatedWebhookDeliveryList", delivered)
+    assert delivered["results"][0]["log"][0]["status_code"] == 500
+    assert created["created_at"] <= created["updated_at"] <= admin.get(url).json()["updated_at"]
+
+
+def test_endpoints_page_oldest_first_and_deliveries_newest_first(
+    tenant: Tenant, admin: APIClient, receiver: Receiver
+) -> None:
+    made = [
+        _register(admin, f"{receiver.url}/{n}", "turn.completed" if n else "thread.status")["id"]
+        for n in range(3)
+    ]
+    thread = make_thread(tenant)
+    deliveries = [str(_status_event(thread).pk) for _ in range(3)]
+    WebhookDelivery.objects.filter(pk=deliveries[0]).update(status="failed")
+    deliveries_url = f"/api/v1/webhooks/{made[0]}/deliveries"
+
+    endpoints = pages(admin, "/api/v1/webhooks?limit=2")
+    newest = pages(admin, f"{deliveries_url}?limit=2")
+    pending = pages(admin, f"{deliveries_url}?limit=1&status=pending")
+
+    assert [[e["id"] for e in page["results"]] for page in endpoints] == [made[:2], made[2:]]
+    assert [[d["id"] for d in page["results"]] for page in newest] == [
+        deliveries[:0:-1], deliveries[:1],
+    ]  # fmt: skip
+    assert [[d["id"] for d in page["results"]] for page in pending] == [
+        [deliveries[2]], [deliveries[1]],
+    ]  # fmt: skip
+    assert "status=pending" in pending[0]["next"]
+    assert admin.get(f"{deliveries_url}?limit=0").json()["error"]["field"] == "limit"
+    assert admin.get("/api/v1/webhooks?cursor=x").json()["error"]["field"] == "cursor"

@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from common.pagination import MAX_OFFSET
-from common.schema import error_responses
+from common.pagination import PAGE_PARAMETERS, paginate
+from common.schema import error_responses, page_of
 from threads.api.base import ThreadScopedView
+from threads.api.run_outputs import ActionSerializer
 from threads.models import ActionStatus
 from threads.services.actions import (
     ANSWERS,
@@ -26,13 +26,17 @@ from threads.services.actions import (
 
 
 class ActionListQuery(serializers.Serializer[Any]):
-    status = serializers.ChoiceField(choices=ActionStatus.choices, required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+    status = serializers.ChoiceField(
+        choices=ActionStatus.choices, required=False,
+        help_text="only the actions in this status: `pending` lists what waits for a person",
+    )  # fmt: skip
 
 
 class ActionAnswer(serializers.Serializer[Any]):
-    """Documents the body; :func:`action_respond` checks it (naming the field of a problem)."""
+    """A response to an action: `approve`, `deny` or `edit` an approval; `answer` or `deny`
+    an input request."""
+
+    # Documents the body; action_respond checks it (naming the field of a problem).
 
     decision = serializers.ChoiceField(
         choices=ANSWERS,
@@ -55,9 +59,19 @@ def _responder(view: ThreadScopedView) -> str:
     return f"user:{principal.user.get_username()}" if principal.user is not None else ""
 
 
+RESPOND_DESCRIPTION = (
+    "`approve` (the call runs), `deny` (with a `reason` the model reads as the call's result) "
+    "or `edit` (the call runs with `arguments`, checked against the tool's parameters) an "
+    "approval; `answer` (`data`, checked against the requested schema) or `deny` an input "
+    "request. The turn then resumes on any worker. 409 when the action was answered, expired "
+    "or cancelled already."
+)
+
+
 class ActionsView(ThreadScopedView):
     @extend_schema(
-        parameters=[ActionListQuery], responses=OpenApiTypes.OBJECT,
+        summary="List a thread's actions", description="Newest first.",
+        parameters=[ActionListQuery, *PAGE_PARAMETERS], responses=page_of(ActionSerializer),
         operation_id="thread_actions_list",
     )  # fmt: skip
     def get(self, request: Request, thread_id: str) -> Response:
@@ -65,25 +79,23 @@ class ActionsView(ThreadScopedView):
         person."""
         query = ActionListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        options = query.validated_data
-        rows = actions_of(thread=self.thread(), status=options.get("status"))
-        total = rows.count()
-        offset, limit = options["offset"], options["limit"]
-        return Response(
-            {"count": total, "next": None if offset + limit >= total else offset + limit,
-             "results": [action_json(row) for row in rows[offset : offset + limit]]}
-        )  # fmt: skip
+        rows = actions_of(thread=self.thread(), status=query.validated_data.get("status"))
+        return paginate(request, rows, action_json, view=self)
 
 
 class ActionView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="thread_actions_retrieve")
+    @extend_schema(
+        summary="Get an action", responses=ActionSerializer,
+        operation_id="thread_actions_retrieve",
+    )  # fmt: skip
     def get(self, request: Request, thread_id: str, action_id: str) -> Response:
         """The action: what waits (a tool call's approval, or input a tool asked for), the
         decisions it takes, when it expires, and once resolved how and by whom."""
         return Response(action_json(action_get(thread=self.thread(), action_id=action_id)))
 
     @extend_schema(
-        request=ActionAnswer, responses={200: OpenApiTypes.OBJECT, **error_responses(409)},
+        summary="Respond to an action", description=RESPOND_DESCRIPTION, request=ActionAnswer,
+        responses={200: ActionSerializer, **error_responses(409)},
         operation_id="thread_actions_respond",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, action_id: str) -> Response:

@@ -25,8 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -34,6 +33,8 @@ from rest_framework.response import Response
 from agents.providers.base import AbortSignal
 from common.api import domain_error_response
 from common.errors import DomainError
+from common.schema import error_response
+from sandbox.protocol import STATUSES
 from threads.api.base import ThreadScopedView
 from threads.models import Thread
 from threads.services import logs
@@ -76,6 +77,54 @@ class RunCodeInput(serializers.Serializer[Any]):
         return options
 
 
+class CodeErrorSerializer(serializers.Serializer[Any]):
+    """Why the code failed: the error it threw, or why it could not run."""
+
+    name = serializers.CharField(help_text="`TypeError`, `SyntaxError`, `EncodingError`, ...")
+    message = serializers.CharField()
+    stack = serializers.CharField(allow_null=True)
+    line = serializers.IntegerField(allow_null=True)
+    column = serializers.IntegerField(allow_null=True)
+    filename = serializers.CharField(allow_null=True)
+    specifier = serializers.CharField(
+        allow_null=True, help_text="a module that could not be linked"
+    )
+
+
+class CodeLogSerializer(serializers.Serializer[Any]):
+    """One console call of the code."""
+
+    level = serializers.ChoiceField(choices=["log", "info", "warn", "error", "debug"])
+    args = serializers.ListField(child=serializers.JSONField(), help_text="its arguments")
+    timestamp = serializers.FloatField(help_text="milliseconds since the Unix epoch")
+
+
+class RunCodeResultSerializer(serializers.Serializer[Any]):
+    """The result of running code in the sandbox."""
+
+    status = serializers.ChoiceField(
+        choices=STATUSES,
+        help_text="`success`, `error` (it threw), `link_error` (an import or an option was "
+        "refused), `memory` (past its memory limit), `terminated` (past the time budget)",
+    )
+    result = serializers.JSONField(help_text="the value, on `success` (else null)")
+    error = CodeErrorSerializer(allow_null=True)
+    logs = CodeLogSerializer(many=True)
+    reports = serializers.ListField(
+        child=serializers.JSONField(), help_text="the values passed to `report(value)`"
+    )
+    durationMs = serializers.FloatField(help_text="how long it ran, in milliseconds")  # noqa: N815
+
+
+RUN_DESCRIPTION = (
+    "Runs `source` in a fresh sandbox and answers its result. Code still running after the "
+    "budget of 10 s is terminated (status `terminated`). A tenant runs at most "
+    "`RUN_CODE_TENANT_CONCURRENCY` calls at once (429 with `Retry-After` beyond); a call "
+    "waits at most `RUN_CODE_RUNNER_WAIT_S` for a free sandbox runner (503 with "
+    "`Retry-After` after)."
+)
+
+
 def _collect(_value: Any) -> None:
     """The host side of ``report(value)``: the handle keeps the values in ``reports``."""
 
@@ -99,16 +148,18 @@ class RunCodeView(ThreadScopedView):
     with and what the OpenAPI schema describes."""
 
     @extend_schema(
+        summary="Run code in a thread's sandbox", description=RUN_DESCRIPTION,
         request=RunCodeInput,
         responses={
-            200: OpenApiTypes.OBJECT,
-            429: OpenApiResponse(
-                OpenApiTypes.OBJECT,
-                description="The tenant already runs RUN_CODE_TENANT_CONCURRENCY calls; "
-                "`Retry-After` says when one ends at the latest",
+            200: RunCodeResultSerializer,
+            429: error_response(
+                429,
+                "The tenant already runs `RUN_CODE_TENANT_CONCURRENCY` calls; `Retry-After` "
+                "says when one ends at the latest",
             ),
         },
-    )
+        operation_id="thread_run_code",
+    )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
         """Run ``source`` in a fresh sandbox and answer its result (status, result, error,
         logs, reports, durationMs). Code that runs past the endpoint budget of 10 s is

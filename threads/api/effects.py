@@ -7,16 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import Conflict
-from common.pagination import MAX_OFFSET
-from common.schema import error_responses
+from common.pagination import PAGE_PARAMETERS, paginate_page
+from common.schema import error_responses, page_of
 from threads.api.base import ThreadScopedView
+from threads.api.run_outputs import microseconds
 from threads.models import EffectStatus
 from threads.services.effects import (
     effect_cancel,
@@ -25,41 +25,70 @@ from threads.services.effects import (
     effect_run_now,
     effects_json,
     effects_of,
-    upcoming_count,
 )
 
 
 class EffectListQuery(serializers.Serializer[Any]):
-    status = serializers.ChoiceField(choices=EffectStatus.choices, required=False)
-    name = serializers.CharField(required=False, max_length=64)
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+    status = serializers.ChoiceField(
+        choices=EffectStatus.choices, required=False,
+        help_text="only the effects in this status (`processing` are among `pending`)",
+    )  # fmt: skip
+    name = serializers.CharField(
+        required=False, max_length=64, help_text="only the effects of this name"
+    )
+
+
+class EffectSerializer(serializers.Serializer[Any]):
+    """A scheduled effect: a registry handler that runs once, when it is due."""
+
+    id = serializers.UUIDField()
+    thread_id = serializers.UUIDField()
+    name = serializers.CharField(help_text="the registry effect it runs")
+    args = serializers.JSONField(help_text="its arguments (any JSON, null for none)")
+    status = serializers.ChoiceField(
+        choices=EffectStatus.choices, help_text="`processing` while its handler runs"
+    )
+    scheduled_at = microseconds("when it is due")
+    created_at = microseconds("when it was scheduled")
+    attempts = serializers.IntegerField()
+    error = serializers.CharField(allow_null=True, help_text="why its handler failed")
+    completed_at = microseconds("when it finished or was cancelled", allow_null=True)
+    manual_run = serializers.BooleanField(help_text="it was run or replayed from the API")
+    replayed_from = serializers.UUIDField(allow_null=True, help_text="the effect it replays")
+
+
+class EffectRunSerializer(serializers.Serializer[Any]):
+    """What running an effect now did: a pending one is due at once (`ran`); a finished one
+    is replayed as a new, linked effect (`replayed`)."""
+
+    action = serializers.CharField(help_text="`ran` or `replayed`")
+    id = serializers.UUIDField(help_text="the effect asked for")
+    effect = EffectSerializer(help_text="the effect that runs")
+    replayed_id = serializers.UUIDField(required=False, help_text="`replayed`: the new effect")
 
 
 class EffectsView(ThreadScopedView):
     @extend_schema(
-        parameters=[EffectListQuery], responses=OpenApiTypes.OBJECT,
+        summary="List a thread's effects", description="Soonest first.",
+        parameters=[EffectListQuery, *PAGE_PARAMETERS], responses=page_of(EffectSerializer),
         operation_id="thread_effects_list",
     )  # fmt: skip
     def get(self, request: Request, thread_id: str) -> Response:
-        """The thread's effects, soonest first: ``{count, next, results, upcoming}``
-        (``upcoming``: how many are pending); ``?status=`` and ``?name=`` filter."""
+        """The thread's effects, soonest first; ``?status=`` and ``?name=`` filter."""
         query = EffectListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         options = query.validated_data
-        thread = self.thread()
-        rows = effects_of(thread=thread, name=options.get("name"), status=options.get("status"))
-        total = rows.count()
-        offset, limit = options["offset"], options["limit"]
-        return Response(
-            {"count": total, "next": None if offset + limit >= total else offset + limit,
-             "results": effects_json(list(rows[offset : offset + limit])),
-             "upcoming": upcoming_count(thread=thread)}
-        )  # fmt: skip
+        rows = effects_of(
+            thread=self.thread(), name=options.get("name"), status=options.get("status")
+        )
+        return paginate_page(request, rows, effects_json, view=self)
 
 
 class EffectView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="thread_effects_retrieve")
+    @extend_schema(
+        summary="Get an effect", responses=EffectSerializer,
+        operation_id="thread_effects_retrieve",
+    )  # fmt: skip
     def get(self, request: Request, thread_id: str, effect_id: str) -> Response:
         """The effect: name, args, status (``processing`` while its handler runs), when it
         is due, attempts, error, and its links (``manual_run``, ``replayed_from``)."""
@@ -67,7 +96,10 @@ class EffectView(ThreadScopedView):
         return Response(effects_json([found])[0])
 
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, **error_responses(409)},
+        summary="Cancel a pending effect",
+        description="It ends `user_canceled`. 409 when it is not pending (it ran, runs now, "
+        "or was cancelled).",
+        responses={200: EffectSerializer, **error_responses(409)},
         operation_id="thread_effects_cancel",
     )  # fmt: skip
     def delete(self, request: Request, thread_id: str, effect_id: str) -> Response:
@@ -84,7 +116,10 @@ class EffectView(ThreadScopedView):
 
 class EffectRunView(ThreadScopedView):
     @extend_schema(
-        request=None, responses={200: OpenApiTypes.OBJECT, **error_responses(409)},
+        summary="Run an effect now",
+        description="A pending effect is due at once (`ran`); a finished one is replayed as a "
+        "new, linked effect (`replayed`). 409 while its handler runs.",
+        request=None, responses={200: EffectRunSerializer, **error_responses(409)},
         operation_id="thread_effects_run",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, effect_id: str) -> Response:
@@ -100,7 +135,10 @@ class EffectRunView(ThreadScopedView):
 
 class EffectReplayView(ThreadScopedView):
     @extend_schema(
-        request=None, responses={201: OpenApiTypes.OBJECT, **error_responses(409)},
+        summary="Replay a finished effect",
+        description="A new effect with its name and args, due now, linked to it "
+        "(`replayed_from`, `manual_run`). 409 for a pending one (run it instead).",
+        request=None, responses={201: EffectSerializer, **error_responses(409)},
         operation_id="thread_effects_replay",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, effect_id: str) -> Response:

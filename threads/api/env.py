@@ -1,7 +1,8 @@
 """Env variables over REST: ``/api/v1/threads/{id}/env`` (thread level) and
 ``/api/v1/env`` (tenant level, admin to write).
 
-Values are write-only: every answer carries names and types, never a value.
+Values are write-only: every answer carries names and types, never a value. Both lists
+are in the list shape, by name (keyset on the name).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -18,32 +18,61 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.errors import NotFound, ValidationFailed
+from common.pagination import PAGE_PARAMETERS, paginate
+from common.schema import page_of
 from tenancy.models import Role
 from tenancy.viewsets import request_principal
 from threads.api.base import ThreadScopedView
+from threads.models import TenantEnv, ThreadEnv
 from threads.services.env import (
     EnvEntry,
     EnvTypeName,
+    env_entry_of,
     env_name_check,
     tenant_env_delete,
-    tenant_env_names,
+    tenant_env_rows,
     tenant_env_set,
     thread_env_delete,
-    thread_env_names,
+    thread_env_rows,
     thread_env_set,
 )
 
+ENV_TYPES = ["text", "secret"]
+
+
+class EnvVarSerializer(serializers.Serializer[EnvEntry]):
+    """An environment variable: its name and type, never its value (values are
+    write-only). `updated_at` is microseconds since the Unix epoch."""
+
+    name = serializers.CharField(help_text="letters, digits and `_`, not starting with a digit")
+    type = serializers.ChoiceField(
+        choices=ENV_TYPES,
+        help_text="`text` may appear in prompts and tool output; `secret` only inside tools",
+    )
+    updated_at = serializers.IntegerField()
+
 
 def env_entry_json(entry: EnvEntry) -> dict[str, Any]:
-    return {"name": entry.name, "type": entry.type, "updated_at": entry.updated_at}
+    return dict(EnvVarSerializer(entry).data)
 
 
+def env_row_json(row: ThreadEnv | TenantEnv) -> dict[str, Any]:
+    return env_entry_json(env_entry_of(row))
+
+
+_PUT_DESCRIPTION = (
+    "`type` omitted keeps the variable's type; a new variable is `secret`. The answer"
+    " carries the name and type, never the value."
+)
+
+
+# Documents the body for the schema; _put_body reads it.
 class EnvPutInput(serializers.Serializer[Any]):
-    """The body of ``PUT env/<name>`` as documented (``_put_body`` reads it)."""
+    """The variable's value, and optionally its type."""
 
     value = serializers.CharField(allow_blank=True, trim_whitespace=False)
     type = serializers.ChoiceField(
-        choices=["text", "secret"], required=False,
+        choices=ENV_TYPES, required=False,
         help_text="omitted: the variable keeps its type; a new one is secret",
     )  # fmt: skip
 
@@ -64,22 +93,36 @@ def _put_body(data: object) -> tuple[str, EnvTypeName | None]:
 
 
 class ThreadEnvListView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="List a thread's environment variables",
+        operation_id="thread_env_list",
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(EnvVarSerializer),
+    )
     def get(self, request: Request, thread_id: str) -> Response:
-        entries = thread_env_names(thread=self.thread())
-        return Response({"env": [env_entry_json(entry) for entry in entries]})
+        rows = thread_env_rows(thread=self.thread())
+        return paginate(request, rows, env_row_json, view=self)
 
 
 class ThreadEnvDetailView(ThreadScopedView):
-    @extend_schema(request=EnvPutInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Set a thread's environment variable",
+        operation_id="thread_env_set",
+        description=_PUT_DESCRIPTION,
+        request=EnvPutInput,
+        responses=EnvVarSerializer,
+    )
     def put(self, request: Request, thread_id: str, name: str) -> Response:
-        """Set a variable (``type`` omitted keeps the existing type; new names are secret)."""
         env_name_check(name)
         value, kind = _put_body(request.data)
         entry = thread_env_set(thread=self.thread(), name=name, value=value, type=kind)
         return Response(env_entry_json(entry))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        summary="Delete a thread's environment variable",
+        responses={204: None},
+        operation_id="thread_env_delete",
+    )
     def delete(self, request: Request, thread_id: str, name: str) -> Response:
         if not thread_env_delete(thread=self.thread(), name=name):
             raise NotFound(f"no environment variable {name} on this thread")
@@ -92,14 +135,26 @@ class TenantEnvView(APIView):
 
 
 class TenantEnvListView(TenantEnvView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="List the tenant's environment variables",
+        operation_id="tenant_env_list",
+        description="The tenant level of every thread's variable lookups.",
+        parameters=PAGE_PARAMETERS,
+        responses=page_of(EnvVarSerializer),
+    )
     def get(self, request: Request) -> Response:
-        entries = tenant_env_names(tenant=request_principal(request).tenant)
-        return Response({"env": [env_entry_json(entry) for entry in entries]})
+        rows = tenant_env_rows(tenant=request_principal(request).tenant)
+        return paginate(request, rows, env_row_json, view=self)
 
 
 class TenantEnvDetailView(TenantEnvView):
-    @extend_schema(request=EnvPutInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Set a tenant environment variable",
+        operation_id="tenant_env_set",
+        description=_PUT_DESCRIPTION + " Needs the admin role.",
+        request=EnvPutInput,
+        responses=EnvVarSerializer,
+    )
     def put(self, request: Request, name: str) -> Response:
         env_name_check(name)
         value, kind = _put_body(request.data)
@@ -107,7 +162,12 @@ class TenantEnvDetailView(TenantEnvView):
         entry = tenant_env_set(tenant=tenant, name=name, value=value, type=kind)
         return Response(env_entry_json(entry))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        summary="Delete a tenant environment variable",
+        operation_id="tenant_env_delete",
+        description="Needs the admin role.",
+        responses={204: None},
+    )
     def delete(self, request: Request, name: str) -> Response:
         if not tenant_env_delete(tenant=request_principal(request).tenant, name=name):
             raise NotFound(f"no tenant environment variable {name}")

@@ -1,6 +1,13 @@
 """``/api/v1/threads/{id}/events``: the thread's event log, paged as JSON or followed as
 Server-Sent Events (``Accept: text/event-stream``).
 
+A JSON page is the list shape with the log's own cursor, the event ``sequence``:
+``?after=N&limit=L`` answers the events with ``sequence > N``, oldest first, ``next`` the
+same URL with ``after`` at the page's last sequence (null on the last page), ``previous``
+the page before (null at ``after=0``; sequences are gap-free, so it is ``after=N-L``). A
+follower resumes after the last ``sequence`` it received (its ``after`` when the page was
+empty): ``next`` stays null on the last page, as in every list.
+
 SSE frames are ``id: <sequence>`` (persisted events only), ``event: <type>`` and
 ``data: <envelope JSON>``. ``Last-Event-ID`` (sent by EventSource on reconnect) overrides
 ``?after=``. Under ASGI the stream replays the log and then follows the thread live, with a
@@ -24,14 +31,15 @@ from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
-from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from common.errors import ValidationFailed
+from common.pagination import LIMIT, MAX_LIMIT, MAX_OFFSET, page_limit, page_response
+from common.schema import page_of
 from common.time import now
 from tenancy.credentials import REVOKED, credential_groups, credentials_expire_at
 from tenancy.viewsets import request_principal
@@ -63,18 +71,53 @@ class EventStreamRenderer(BaseRenderer):
         return rendered
 
 
-class EventListQuery(serializers.Serializer[Any]):
-    after = serializers.IntegerField(min_value=0, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
+AFTER = "after"
 
 
-def _after(request: Request, query: EventListQuery) -> int:
-    last_event_id = request.headers.get("Last-Event-ID")
-    if last_event_id is None:
-        return int(query.validated_data["after"])
-    if not last_event_id.strip().isdigit():
-        raise ValidationFailed("Last-Event-ID must be an event sequence", field="Last-Event-ID")
-    return int(last_event_id.strip())
+class EventSerializer(serializers.Serializer[Any]):
+    """One event of a thread: the envelope every event travels in, on the WebSocket, in
+    Server-Sent Events and in the event log. `timestamp` is microseconds since the Unix
+    epoch; the fields that say where the event belongs are null when they do not apply."""
+
+    type = serializers.CharField(
+        help_text="the event class: `message.created`, `turn.completed`, …"
+    )
+    event_id = serializers.CharField(help_text="unique")
+    sequence = serializers.IntegerField(
+        allow_null=True,
+        help_text="the event's place in the thread's log, gap-free from 1; null for an event"
+        " that is not stored (`model.delta`, `reasoning.delta`), which only streams carry",
+    )
+    timestamp = serializers.IntegerField(help_text="when it was produced")
+    schema_version = serializers.IntegerField(help_text="of the event vocabulary")
+    runtime_id = serializers.CharField(help_text="the runtime that produced it")
+    tenant_id = serializers.CharField()
+    session_id = serializers.CharField(help_text="the root thread of the subagent tree")
+    thread_id = serializers.CharField()
+    flow_id = serializers.CharField(
+        allow_null=True, help_text="the execution attempt of a turn that produced it"
+    )
+    turn_id = serializers.CharField(allow_null=True)
+    step_id = serializers.CharField(allow_null=True)
+    tool_call_id = serializers.CharField(allow_null=True)
+    subagent_id = serializers.CharField(allow_null=True)
+    payload = serializers.DictField(help_text="what happened; its fields depend on `type`")
+    refs = serializers.DictField(
+        allow_null=True, help_text="stable references to large or external facts"
+    )
+
+
+def _after(request: Request) -> int:
+    """Where the page starts: ``Last-Event-ID`` (an EventSource reconnecting), else
+    ``?after=``; a 400 naming the one that is not a sequence."""
+    field, raw = AFTER, request.query_params.get(AFTER, "")
+    if "Last-Event-ID" in request.headers:
+        field, raw = "Last-Event-ID", request.headers["Last-Event-ID"].strip()
+    if raw == "":
+        return 0
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_OFFSET:
+        raise ValidationFailed(f"must be an event sequence, 0 to {MAX_OFFSET}", field=field)
+    return int(raw)
 
 
 def _frame(delivery: Delivery) -> bytes:
@@ -82,41 +125,70 @@ def _frame(delivery: Delivery) -> bytes:
     return f"{head}event: {delivery.type}\ndata: {delivery.text}\n\n".encode()
 
 
+# One 200 of two media types (the schema keeps one description for both): a JSON page, or
+# Server-Sent Events, frames of `id` (the event's sequence; none for an event that is not
+# stored), `event` (its type) and `data` (its envelope as JSON).
+SSE_FRAMES = OpenApiResponse({"type": "string"})
+EVENT_PAGE = OpenApiResponse(
+    page_of(EventSerializer),
+    description="A page of the event log; with `Accept: text/event-stream`, Server-Sent"
+    " Events (`id: <sequence>`, `event: <type>`, `data: <the event as JSON>`)",
+)
+
+
 class EventListView(ThreadScopedView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
+        summary="List a thread's events, or follow them as Server-Sent Events",
+        description="A page of the thread's event log, oldest first, after the sequence"
+        " `after`. `next` is this URL with `after` at the page's last sequence, null on the"
+        " last page: a follower polling the log resumes after the last `sequence` it"
+        " received. With `Accept: text/event-stream` the answer is a stream instead (replayed"
+        " from `after`, then live); `Last-Event-ID` overrides `after`, and a terminated"
+        " thread with nothing newer answers 204.",
         parameters=[
-            EventListQuery,
-            OpenApiParameter("Last-Event-ID", str, OpenApiParameter.HEADER, required=False),
+            OpenApiParameter(
+                AFTER, int, description="the last sequence already seen (default 0: from the start)"
+            ),
+            OpenApiParameter(
+                LIMIT, int, description=f"events per page, 1 to {MAX_LIMIT} (default 50)"
+            ),
+            OpenApiParameter(
+                "reasoning", bool, description="streams only: also `reasoning.delta` events"
+            ),
+            OpenApiParameter(
+                "Last-Event-ID", str, OpenApiParameter.HEADER, required=False,
+                description="the last sequence seen (EventSource sends it on reconnect)",
+            ),
         ],
         responses={
-            200: OpenApiResponse(
-                OpenApiTypes.OBJECT,
-                description="`{events, next_after, has_more}`; with `Accept: "
-                "text/event-stream`, a stream of the same envelopes",
-            ),
-            204: OpenApiResponse(description="terminated thread, nothing after `after`"),
+            (200, "application/json"): EVENT_PAGE,
+            (200, "text/event-stream"): SSE_FRAMES,
+            204: OpenApiResponse(description="A terminated thread with nothing after `after`"),
         },
         operation_id="thread_events_list",
-    )
+    )  # fmt: skip
     def get(self, request: Request, thread_id: str) -> HttpResponseBase:
-        query = EventListQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
         thread = self.thread()
-        after = _after(request, query)
+        after = _after(request)
         if request.accepted_renderer.media_type == EVENT_STREAM:
             return _event_stream(request, thread, after)
-        limit = int(query.validated_data["limit"])
+        limit = page_limit(request)
         envelopes = event_envelopes(thread=thread, after=after, limit=limit + 1)
         page = envelopes[:limit]
-        return Response(
-            {
-                "events": page,
-                "next_after": page[-1]["sequence"] if page else after,
-                "has_more": len(envelopes) > limit,
-            }
+        return page_response(
+            page,
+            next=_after_link(request, page[-1]["sequence"]) if len(envelopes) > limit else None,
+            previous=_after_link(request, max(after - limit, 0)) if after > 0 else None,
         )
+
+
+def _after_link(request: Request, after: int) -> str:
+    url = request.build_absolute_uri()
+    if after == 0:
+        return str(remove_query_param(url, AFTER))
+    return str(replace_query_param(url, AFTER, after))
 
 
 def _event_stream(request: Request, thread: Thread, after: int) -> HttpResponseBase:

@@ -2,18 +2,23 @@
 
 Routes (roles as everywhere: read for ``GET``, member for the rest):
 
-* ``GET fs``, ``GET fs/<path>``: a directory → ``{path, entries: [FileRecord]}``; a file →
-  its bytes. ``?stat=1`` → the FileRecord (the root included); ``?thumbnail=1&size=256`` →
-  a PNG/JPEG thumbnail (404 when not an image).
+* ``GET fs``, ``GET fs/<path>``: a directory → a page of its entries (FileRecords, by
+  path) in the list shape with the directory's ``path``; a file → its bytes. ``?stat=1``
+  → the FileRecord; ``?thumbnail=1&size=256`` → a PNG/JPEG thumbnail (404 when not an
+  image). The root ``fs`` is read only (405 for the rest).
 * ``PUT fs/<path>``, ``POST fs/<path>``: upload (create or replace) → 201 FileRecord when
   the file is new, 200 when it replaced one.
 * ``POST fs/<path>`` with JSON ``{"type": "directory"}``: mkdir (idempotent) → 201.
 * ``DELETE fs/<path>``: a file is unlinked, a directory removed (409 unless empty) → 204.
-* ``GET fs-search?grep=<text>&path=/&limit=100`` →
-  ``{results: [{path, matches: [{line, content}]}]}``.
-* ``GET fs-search?find=<glob>&type=all`` → ``{paths: [...]}`` (``type``: file, directory,
-  all).
+* ``GET fs-search?grep=<text>&path=/&max_matches=100`` → a page of ``{path, matches:
+  [{line, content}]}``, one per file, by path; the search stops after ``max_matches``
+  matching lines in all.
+* ``GET fs-search?find=<glob>&type=all`` → a page of ``{path}`` (``type``: file,
+  directory, all), by path.
 * ``GET fs-stats`` → ``{file_count, directory_count, total_size}``.
+
+Directory listings and search results are built in memory and page by place
+(:func:`common.pagination.paginate`): ``?limit=`` and ``?cursor=`` as for every list.
 
 Uploads are either ``multipart/form-data`` (field ``file``; optional fields ``mime_type`` and
 ``metadata``, a JSON object) or a raw body whose ``Content-Type`` is the file's MIME type;
@@ -29,9 +34,9 @@ Downloads stream (never the whole file in memory), carry ``Content-Length``,
 ``Range`` (``bytes=a-b``, ``bytes=a-``, ``bytes=-n`` → 206 with ``Content-Range``;
 unsatisfiable → 416). A malformed or multi-range header is ignored (200, whole file).
 
-FileRecord JSON is snake_case: ``path, name, mime_type, storage, size, is_directory,
-metadata, width, height, created_at, updated_at`` (µs). A bad path is a 400 naming
-``path``; a file over the cap is a 413 naming ``MAX_FILE_BYTES``.
+FileRecord JSON is snake_case (:class:`FileRecordSerializer`): ``path, name, mime_type,
+storage, size, is_directory, metadata, width, height, created_at, updated_at`` (µs). A bad
+path is a 400 naming ``path``; a file over the cap is a 413 naming ``MAX_FILE_BYTES``.
 """
 
 from __future__ import annotations
@@ -51,17 +56,18 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
-    extend_schema_view,
 )
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.api import error_body
 from common.errors import LimitExceeded, NotFound, ValidationFailed
-from common.schema import error_response
+from common.pagination import PAGE_PARAMETERS, paginate
+from common.schema import PageSerializer, error_response, page_of
 from threads.api.base import ThreadScopedView
 from threads.models import ThreadFile
 from threads.services.files import (
@@ -70,6 +76,7 @@ from threads.services.files import (
     MAX_THUMBNAIL_SIDE,
     FileStats,
     FindType,
+    GrepMatch,
     GrepResult,
     file_find,
     file_grep,
@@ -89,32 +96,76 @@ from threads.services.files import (
 DOWNLOAD_CHUNK = 256 * 1024
 UPLOAD_CHUNK = 1024 * 1024
 MAX_COMMAND_BYTES = 64 * 1024  # a JSON command body (mkdir)
+DEFAULT_MAX_MATCHES = 100  # matching lines one grep collects
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+# Outputs ---------------------------------------------------------------------------------
+
+
+class FileRecordSerializer(serializers.Serializer[ThreadFile]):
+    """A file or directory of a thread's file system: where it is, what it is, and its
+    size and metadata (never its bytes). Times are microseconds since the Unix epoch."""
+
+    path = serializers.CharField(help_text="leading `/`, no trailing `/`; the root is `/`")
+    name = serializers.CharField(help_text="the last segment of `path` (blank for the root)")
+    mime_type = serializers.CharField(help_text="the file's media type (blank for directories)")
+    storage = serializers.CharField(help_text="where the bytes are kept (`local`)")
+    size = serializers.IntegerField(help_text="bytes (0 for directories)")
+    is_directory = serializers.BooleanField()
+    metadata = serializers.DictField(help_text="the JSON object given at upload")
+    width = serializers.IntegerField(allow_null=True, help_text="pixels, for images")
+    height = serializers.IntegerField(allow_null=True, help_text="pixels, for images")
+    created_at = serializers.IntegerField()
+    updated_at = serializers.IntegerField(help_text="the last upload that replaced the bytes")
+
+
+class DirectorySerializer(PageSerializer):
+    """One page of a directory's entries, by path, in the list shape, with the
+    directory's `path`."""
+
+    results = FileRecordSerializer(many=True)
+    path = serializers.CharField(help_text="the directory listed")
+
+
+class GrepMatchSerializer(serializers.Serializer[GrepMatch]):
+    """One matching line of a file."""
+
+    line = serializers.IntegerField(help_text="1-based")
+    content = serializers.CharField(
+        help_text="the line, without its line break, cut to 1,000 characters"
+    )
+
+
+class FileSearchResultSerializer(serializers.Serializer[Any]):
+    """A path that `fs-search` found: with `grep`, a file and its matching lines; with
+    `find`, a file or directory whose path matches the glob (`path` alone)."""
+
+    path = serializers.CharField()
+    matches = GrepMatchSerializer(
+        many=True, required=False, help_text="with `grep`: the matching lines, in order"
+    )
+
+
+class FileStatsSerializer(serializers.Serializer[FileStats]):
+    """The totals of a thread's file system."""
+
+    file_count = serializers.IntegerField()
+    directory_count = serializers.IntegerField(help_text="the root not counted")
+    total_size = serializers.IntegerField(help_text="bytes of every file")
 
 
 def file_json(row: ThreadFile) -> dict[str, Any]:
     """The FileRecord of ``row`` (snake_case)."""
-    return {
-        "path": row.path, "name": row.name, "mime_type": row.mime_type,
-        "storage": row.storage, "size": row.size, "is_directory": row.is_directory,
-        "metadata": row.metadata, "width": row.width, "height": row.height,
-        "created_at": row.created_at, "updated_at": row.updated_at,
-    }  # fmt: skip
+    return dict(FileRecordSerializer(row).data)
 
 
 def grep_json(result: GrepResult) -> dict[str, Any]:
-    return {
-        "path": result.path,
-        "matches": [{"line": match.line, "content": match.content} for match in result.matches],
-    }
+    return dict(FileSearchResultSerializer(result).data)
 
 
-def stats_json(stats: FileStats) -> dict[str, int]:
-    return {
-        "file_count": stats.file_count,
-        "directory_count": stats.directory_count,
-        "total_size": stats.total_size,
-    }
+def found_json(path: str) -> dict[str, Any]:
+    return {"path": path}
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -256,7 +307,8 @@ def _metadata_field(raw: object) -> dict[str, Any] | None:
 
 
 _READ_PARAMETERS = [
-    OpenApiParameter("stat", bool, description="answer the FileRecord instead of the bytes"),
+    *PAGE_PARAMETERS,
+    OpenApiParameter("stat", bool, description="answer the `FileRecord` instead of the bytes"),
     OpenApiParameter("thumbnail", bool, description="a PNG/JPEG thumbnail of an image"),
     OpenApiParameter(
         "size", int, description=f"the thumbnail's longest side, 1 to {MAX_THUMBNAIL_SIDE}"
@@ -265,23 +317,43 @@ _READ_PARAMETERS = [
         "Range", str, OpenApiParameter.HEADER, description="one range: `bytes=a-b`, `a-`, `-n`"
     ),
 ]
+_FILE_OR_DIRECTORY = PolymorphicProxySerializer(
+    component_name="FileOrDirectory",
+    serializers=[DirectorySerializer, FileRecordSerializer],
+    resource_type_field_name=None,
+)
 _READ_RESPONSES = {
     (200, "application/json"): OpenApiResponse(
-        OpenApiTypes.OBJECT, description="a directory's `{path, entries}`, or a FileRecord"
+        _FILE_OR_DIRECTORY,
+        description="a directory: a page of its entries; with `stat`, the `FileRecord`",
     ),
-    (200, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="a file's bytes"),
+    (200, "*/*"): OpenApiResponse(
+        OpenApiTypes.BINARY, description="a file's bytes, in its media type, or a thumbnail"
+    ),
     (206, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="the range asked for"),
     416: error_response(416, "The range lies outside the file"),
 }
 _WRITE_RESPONSES = {
-    200: OpenApiResponse(OpenApiTypes.OBJECT, description="an existing file was replaced"),
-    201: OpenApiResponse(OpenApiTypes.OBJECT, description="the file was created"),
+    200: OpenApiResponse(FileRecordSerializer, description="an existing file was replaced"),
+    201: OpenApiResponse(FileRecordSerializer, description="the file or directory was created"),
     409: error_response(409, "The path is a directory, or a parent of it is a file"),
 }
+_READ_DESCRIPTION = (
+    "A file answers its bytes in its media type, streamed, with `Range` support (206, or 416"
+    " when the range lies outside the file); `stat` answers its `FileRecord` instead, and"
+    " `thumbnail` a PNG or JPEG thumbnail of an image (404 for anything else). A directory"
+    " answers a page of its entries by path, in the list shape, with its `path`."
+)
+_UPLOAD_DESCRIPTION = (
+    "A raw body whose `Content-Type` is the file's media type (without one, the type the"
+    " name says, else `application/octet-stream`), or `multipart/form-data` with the field"
+    " `file` and optional `mime_type` and `metadata` (a JSON object). Missing parent"
+    " directories are created. 201 for a new file, 200 when it replaced one."
+)
 
 
 class FileView(ThreadScopedView):
-    """``fs`` and ``fs/<path>``: read, upload, mkdir and delete (see the module docstring)."""
+    """``fs/<path>``: read, upload, mkdir and delete (see the module docstring)."""
 
     parser_classes = [MultiPartParser, JSONParser]
 
@@ -289,7 +361,11 @@ class FileView(ThreadScopedView):
         return normalize_path(self.kwargs.get("file_path") or "/")
 
     @extend_schema(
-        parameters=_READ_PARAMETERS, responses=_READ_RESPONSES, operation_id="thread_fs_read"
+        summary="Read a file, or list a directory",
+        description=_READ_DESCRIPTION,
+        parameters=_READ_PARAMETERS,
+        responses=_READ_RESPONSES,
+        operation_id="thread_fs_read",
     )
     def get(
         self, request: Request, thread_id: str, file_path: str = "/"
@@ -310,21 +386,39 @@ class FileView(ThreadScopedView):
         if opened is not None:
             return _download(request, *opened)
         entries = file_readdir(thread=thread, path=target)  # NotFound when nothing is there
-        return Response({"path": target, "entries": [file_json(row) for row in entries]})
+        page = paginate(request, entries, file_json, view=self)
+        page.data["path"] = target
+        return page
 
-    @extend_schema(request=OpenApiTypes.BINARY, responses=_WRITE_RESPONSES)
+    @extend_schema(
+        summary="Upload a file",
+        operation_id="thread_fs_write",
+        description=_UPLOAD_DESCRIPTION,
+        request=OpenApiTypes.BINARY,
+        responses=_WRITE_RESPONSES,
+    )
     def put(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         return self._upload(request)
 
     @extend_schema(
-        request=OpenApiTypes.BINARY, responses=_WRITE_RESPONSES, operation_id="thread_fs_create"
+        summary="Upload a file, or create a directory",
+        description=_UPLOAD_DESCRIPTION + ' A JSON body `{"type": "directory"}` creates the'
+        " directory and its missing parents instead (201, also when it exists); upload"
+        " JSON files with `PUT`.",
+        request=OpenApiTypes.BINARY,
+        responses=_WRITE_RESPONSES,
+        operation_id="thread_fs_create",
     )
     def post(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         if request.content_type.split(";")[0].strip() == "application/json":
             return self._command(request)
         return self._upload(request)
 
-    @extend_schema(responses={204: None, 409: error_response(409, "The directory is not empty")})
+    @extend_schema(
+        summary="Delete a file or an empty directory",
+        operation_id="thread_fs_delete",
+        responses={204: None, 409: error_response(409, "The directory is not empty")},
+    )
     def delete(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         thread, target = self.thread(), self._path()
         row = file_stat(thread=thread, path=target)
@@ -390,52 +484,84 @@ class FileView(ThreadScopedView):
         )
 
 
+_SEARCH_PARAMETERS = [
+    *PAGE_PARAMETERS,
+    OpenApiParameter("grep", str, description="text to find in text files (plain, case-sensitive)"),
+    OpenApiParameter("find", str, description="a glob over paths: `*`, `**`, `?`"),
+    OpenApiParameter("path", str, description="with `grep`: where to search (default `/`)"),
+    OpenApiParameter(
+        "max_matches", int,
+        description=f"with `grep`: stop after this many matching lines in all, 1 to "
+        f"{MAX_GREP_LIMIT} (default {DEFAULT_MAX_MATCHES})",
+    ),
+    OpenApiParameter(
+        "type", str, enum=["file", "directory", "all"],
+        description="with `find`: what to keep (default `all`)",
+    ),
+]  # fmt: skip
+
+
 class FileSearchView(ThreadScopedView):
     """``fs-search``: ``grep`` (text search) or ``find`` (glob), exactly one of them."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Search a thread's files by content or by path",
+        operation_id="thread_fs_search",
+        description="Give exactly one of `grep` and `find`. Results come by path: with"
+        " `grep`, each file that holds the text with its matching lines (files over 8 MiB"
+        " and files that are not text are skipped); with `find`, each path that matches the"
+        " glob (a glob without a leading `/` matches at any depth).",
+        parameters=_SEARCH_PARAMETERS,
+        responses=page_of(FileSearchResultSerializer),
+    )
     def get(self, request: Request, thread_id: str) -> Response:
         grep, find = request.query_params.get("grep"), request.query_params.get("find")
         if (grep is None) == (find is None):
             raise ValidationFailed("give exactly one of grep and find", field="grep")
         thread = self.thread()
         if grep is not None:
-            limit = _int_param(request, "limit", 100, 1, MAX_GREP_LIMIT)
+            most = _int_param(request, "max_matches", DEFAULT_MAX_MATCHES, 1, MAX_GREP_LIMIT)
             where = request.query_params.get("path", "/")
-            results = file_grep(thread=thread, pattern=grep, path=where, limit=limit)
-            return Response({"results": [grep_json(result) for result in results]})
+            results = file_grep(thread=thread, pattern=grep, path=where, limit=most)
+            return paginate(request, results, grep_json, view=self)
         assert find is not None
         kind = request.query_params.get("type", "all")
         if kind not in ("file", "directory", "all"):
             raise ValidationFailed("type must be file, directory or all", field="type")
         found = file_find(thread=thread, pattern=find, type=cast("FindType", kind))
-        return Response({"paths": found})
+        return paginate(request, found, found_json, view=self)
 
 
 class FileStatsView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Count a thread's files, directories and bytes",
+        operation_id="thread_fs_stats",
+        responses=FileStatsSerializer,
+    )
     def get(self, request: Request, thread_id: str) -> Response:
-        return Response(stats_json(file_stats(thread=self.thread())))
+        return Response(FileStatsSerializer(file_stats(thread=self.thread())).data)
 
 
-def _root_operation(method: str, action: str) -> Any:
-    return extend_schema(operation_id=f"thread_fs_root_{action}", description="The root `/`.")
-
-
-# The root is the same view; its operations get their own names in the schema, and the
-# trailing-slash alias stays out of it.
-@extend_schema_view(
-    get=_root_operation("get", "read"),
-    post=_root_operation("post", "create"),
-    put=_root_operation("put", "write"),
-    delete=_root_operation("delete", "delete"),
-)
 class FileRootView(FileView):
-    """The thread's root directory ``/`` (same behaviour as FileView)."""
+    """The thread's root directory ``/``: read only (405 for the rest), since it always
+    exists and no file can take its place."""
+
+    http_method_names = ["get", "head", "options"]
+
+    @extend_schema(
+        summary="List the root directory of a thread's files",
+        parameters=PAGE_PARAMETERS,
+        responses=DirectorySerializer,
+        operation_id="thread_fs_root_read",
+    )
+    def get(
+        self, request: Request, thread_id: str, file_path: str = "/"
+    ) -> Response | HttpResponseBase:
+        return super().get(request, thread_id, file_path)
 
 
 @extend_schema(exclude=True)
-class FileRootAliasView(FileView):
+class FileRootAliasView(FileRootView):
     """``fs/``: an alias of the root, left out of the schema."""
 
 

@@ -1,5 +1,5 @@
-"""``/api/v1/threads/{id}/messages``: list (spec query options), send, get, update, delete,
-inject; and the run controls ``continue``, ``stop`` and ``terminate``.
+"""``/api/v1/threads/{id}/messages``: list (by keyset on ``seq``, in either order), send, get,
+update, delete, inject; and the run controls ``continue``, ``stop`` and ``terminate``.
 
 ``POST .../messages`` queues a message that runs the agent and answers 202 at once with the
 queued item; ``POST .../messages/inject`` stores one without running anything.
@@ -10,17 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound
-from common.pagination import MAX_OFFSET
-from common.schema import error_response
+from common.pagination import PAGE_PARAMETERS, paginate
+from common.schema import error_response, page_of
 from threads.api.base import IDEMPOTENCY_KEY, WORK_REFUSED, ThreadScopedView, idempotent
-from threads.models import MessageRole, Turn
+from threads.api.run_outputs import (
+    MessageSerializer,
+    QueuedMessageSerializer,
+    TurnSerializer,
+    microseconds,
+)
+from threads.models import MessageRole, Turn, TurnKind
 from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
 from threads.services.control import STOPPED_BY_USER, thread_stop, thread_terminate
 from threads.services.inbox import (
@@ -36,18 +41,22 @@ from threads.services.messages import (
     message_get,
     message_inject,
     message_json,
-    message_list,
     message_update,
+    messages_of,
 )
 from threads.services.status import turn_json
 
 
 class MessageListQuery(serializers.Serializer[Any]):
-    limit = serializers.IntegerField(min_value=0, max_value=1000, default=100)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
-    order = serializers.ChoiceField(choices=["asc", "desc"], default="desc")
-    include_silent = serializers.BooleanField(default=False)
-    depth = serializers.IntegerField(min_value=0, required=False)
+    order = serializers.ChoiceField(
+        choices=["asc", "desc"], default="asc",
+        help_text="`asc` (default): oldest first; `desc`: newest first",
+    )  # fmt: skip
+    include_silent = serializers.BooleanField(default=False, help_text="also the silent messages")
+    depth = serializers.IntegerField(
+        min_value=0, default=0,
+        help_text="the deepest nesting listed: 0 (default) is the top level only",
+    )  # fmt: skip
 
 
 class MessageSendInput(serializers.Serializer[Any]):
@@ -75,6 +84,43 @@ def queued_json(turn: Turn) -> dict[str, Any]:
     return {**body, **queued_message_fields(turn)}
 
 
+class QueuedTurnSerializer(serializers.Serializer[Any]):
+    """Work accepted: the turn that will do it, queued behind the thread's other turns."""
+
+    status = serializers.CharField(help_text="`queued`")
+    queue_id = serializers.UUIDField(help_text="the turn's id")
+    kind = serializers.ChoiceField(choices=TurnKind.choices)
+    turn_id = serializers.UUIDField()
+    turn = TurnSerializer()
+    message_id = serializers.UUIDField(
+        required=False, help_text="for a message: the id it will have"
+    )
+    message = QueuedMessageSerializer(
+        required=False, help_text="for a message: the message as it will be stored"
+    )
+
+
+class StopResultSerializer(serializers.Serializer[Any]):
+    """What a stop did."""
+
+    stopped = serializers.BooleanField(help_text="false when nothing ran or waited")
+    stopped_turn_id = serializers.UUIDField(allow_null=True, help_text="the turn it aborted")
+    parked_turns = serializers.IntegerField(
+        help_text="queued turns that now wait for the next user message"
+    )
+    message = serializers.CharField(
+        allow_null=True, help_text="the system message it stored, when it aborted a turn"
+    )
+
+
+class TerminateResultSerializer(serializers.Serializer[Any]):
+    """A terminated thread: it accepts no more work or writes; reads still answer."""
+
+    status = serializers.CharField(help_text="`terminated`")
+    terminated_at = microseconds("when it was terminated")
+    changed = serializers.BooleanField(help_text="false when it was terminated already")
+
+
 class MessageInjectInput(serializers.Serializer[Any]):
     role = serializers.ChoiceField(choices=MessageRole.choices)
     content = serializers.CharField(allow_null=True, allow_blank=True, trim_whitespace=False)
@@ -89,31 +135,45 @@ class MessageUpdateInput(serializers.Serializer[Any]):
     metadata = serializers.DictField(required=False)
 
 
+SEND_DESCRIPTION = (
+    "Answers 202 at once with the queued turn that will run the agent. `user` (default) and "
+    "`system` messages call on side A, `assistant` on side B. A user message lifts a stop. "
+    "A repeat with the same `Idempotency-Key` answers the first answer and queues nothing."
+)
+STOP_DESCRIPTION = (
+    "The running turn is aborted (its model call at once) and ends cancelled; its unanswered "
+    "tool calls get `Execution stopped by user` results and a system message says so. Queued "
+    "turns wait until the next user message. With nothing running or queued, nothing changes "
+    "(`stopped: false`)."
+)
+TERMINATE_DESCRIPTION = (
+    "Work in flight is aborted and queued work dropped; later sends and writes are refused "
+    "with 409 `terminated`, reads still answer. Terminating again changes nothing."
+)
+
+
 class MessageListView(ThreadScopedView):
     @extend_schema(
-        parameters=[MessageListQuery], responses=OpenApiTypes.OBJECT,
+        summary="List a thread's messages",
+        parameters=[MessageListQuery, *PAGE_PARAMETERS], responses=page_of(MessageSerializer),
         operation_id="thread_messages_list",
     )  # fmt: skip
     def get(self, request: Request, thread_id: str) -> Response:
-        """Newest ``limit`` messages (``order=desc`` truncates from the newest side; ``offset``
-        skips from that side); the answer is always oldest first, as in the spec's HTTP API."""
+        """The thread's messages in ``order`` (oldest first by default), by keyset on
+        ``seq``: paging forward meets each message once."""
         query = MessageListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         options = query.validated_data
-        page = message_list(
-            thread=self.thread(), limit=options["limit"], offset=options["offset"],
-            order=options["order"], include_silent=options["include_silent"],
-            max_depth=options.get("depth", 0),
-        )  # fmt: skip
-        rows = page.messages if options["order"] == "asc" else list(reversed(page.messages))
-        return Response(
-            {"messages": [message_json(m) for m in rows], "total": page.total,
-             "has_more": page.has_more}
-        )  # fmt: skip
+        rows = messages_of(
+            thread=self.thread(), include_silent=options["include_silent"],
+            max_depth=options["depth"],
+        ).order_by("seq" if options["order"] == "asc" else "-seq")  # fmt: skip
+        return paginate(request, rows, message_json, view=self)
 
     @extend_schema(
-        request=MessageSendInput, parameters=[IDEMPOTENCY_KEY],
-        responses={202: OpenApiTypes.OBJECT, 409: WORK_REFUSED},
+        summary="Send a message to a thread and run its agent",
+        description=SEND_DESCRIPTION, request=MessageSendInput, parameters=[IDEMPOTENCY_KEY],
+        responses={202: QueuedTurnSerializer, 409: WORK_REFUSED},
         operation_id="thread_messages_send",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
@@ -141,9 +201,10 @@ class MessageListView(ThreadScopedView):
 
 class MessageInjectView(ThreadScopedView):
     @extend_schema(
-        request=MessageInjectInput,
-        responses={201: OpenApiTypes.OBJECT, 409: error_response(409, "The thread is terminated")},
-    )
+        summary="Store a message without running the agent", request=MessageInjectInput,
+        responses={201: MessageSerializer, 409: error_response(409, "The thread is terminated")},
+        operation_id="thread_messages_inject",
+    )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
         payload = MessageInjectInput(data=request.data)
         payload.is_valid(raise_exception=True)
@@ -156,14 +217,20 @@ class MessageInjectView(ThreadScopedView):
 
 
 class MessageDetailView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Get a message", responses=MessageSerializer,
+        operation_id="thread_messages_retrieve",
+    )  # fmt: skip
     def get(self, request: Request, thread_id: str, message_id: str) -> Response:
         message = message_get(thread=self.thread(), message_id=message_id)
         if message is None:
             raise NotFound(f"no message {message_id} in this thread")
         return Response(message_json(message))
 
-    @extend_schema(request=MessageUpdateInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Change a message's content or metadata", request=MessageUpdateInput,
+        responses=MessageSerializer, operation_id="thread_messages_update",
+    )  # fmt: skip
     def patch(self, request: Request, thread_id: str, message_id: str) -> Response:
         payload = MessageUpdateInput(data=request.data)
         payload.is_valid(raise_exception=True)
@@ -175,7 +242,9 @@ class MessageDetailView(ThreadScopedView):
         )  # fmt: skip
         return Response(message_json(message))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        summary="Delete a message", responses={204: None}, operation_id="thread_messages_delete"
+    )
     def delete(self, request: Request, thread_id: str, message_id: str) -> Response:
         if not message_delete(thread=self.thread(), message_id=message_id):
             raise NotFound(f"no message {message_id} in this thread")
@@ -184,8 +253,9 @@ class MessageDetailView(ThreadScopedView):
 
 class ContinueView(ThreadScopedView):
     @extend_schema(
+        summary="Let a side of the agent take a turn without a new message",
         request=ContinueInput, parameters=[IDEMPOTENCY_KEY],
-        responses={202: OpenApiTypes.OBJECT, 409: WORK_REFUSED},
+        responses={202: QueuedTurnSerializer, 409: WORK_REFUSED}, operation_id="thread_continue",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
         """Let ``side`` (default a) take a turn without a new message; 202 at once."""
@@ -201,7 +271,10 @@ class ContinueView(ThreadScopedView):
 
 
 class StopView(ThreadScopedView):
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="Stop a thread's running turn", description=STOP_DESCRIPTION, request=None,
+        responses=StopResultSerializer, operation_id="thread_stop",
+    )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
         """Abort the running turn (its model call at once): it ends cancelled, its
         unanswered tool calls get ``Execution stopped by user`` results and a system message
@@ -219,7 +292,10 @@ class StopView(ThreadScopedView):
 
 
 class TerminateView(ThreadScopedView):
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="Terminate a thread", description=TERMINATE_DESCRIPTION, request=None,
+        responses=TerminateResultSerializer, operation_id="thread_terminate",
+    )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
         """Soft-terminate: in-flight work is aborted, queued work dropped, later sends are
         refused with 409. Idempotent."""

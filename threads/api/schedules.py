@@ -5,62 +5,89 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from pydantic import BaseModel, Field
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import ValidationFailed
 from tenancy.viewsets import TenantScopedViewSet
-from threads.models import Schedule
+from threads.models import Schedule, ScheduleAction
 from threads.runtime.schedules import schedule_json, schedule_pause, schedule_save
 
-
-class TurnInput(BaseModel):
-    content: str
-    role: Literal["user", "assistant", "system"] = "user"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+US_SINCE_EPOCH = "µs since the Unix epoch"
+TURN_ROLES = ["user", "assistant", "system"]
 
 
-class EffectCall(BaseModel):
-    name: str
-    args: Any = None
+class ScheduleTurnSerializer(serializers.Serializer[Any]):
+    """The turn each run submits."""
+
+    content = serializers.CharField(allow_blank=True)
+    role = serializers.ChoiceField(choices=TURN_ROLES, default="user")
+    metadata = serializers.DictField(required=False, help_text="the turn's message metadata")
 
 
-class ScheduleInput(BaseModel):
-    """A recurring schedule: ``cron`` (minute hour day month weekday) in ``timezone``; one
-    target (``thread_id``, or ``agent``: each run opens a new thread of it); ``action``
-    ``turn`` (submit ``input``) or ``effect`` (fire ``effect`` on the thread)."""
+class ScheduleEffectSerializer(serializers.Serializer[Any]):
+    """The registry effect each run fires on the thread."""
 
-    name: str = ""
-    thread_id: str | None = None
-    agent: str | None = None
-    cron: str = Field(description="e.g. '0 9 * * 1-5': 9:00 on weekdays")
-    timezone: str = Field("UTC", description="an IANA time zone, e.g. Europe/Paris")
-    action: Literal["turn", "effect"] = "turn"
-    input: TurnInput | None = None
-    effect: EffectCall | None = None
-    paused: bool = False
+    name = serializers.CharField()
+    args = serializers.JSONField(required=False, help_text="its arguments (any JSON, null too)")
 
 
-class ScheduleOutput(ScheduleInput):
-    id: str
-    next_run_at: int | None = Field(
-        description="the next slot, µs since the epoch; null when paused"
+class ScheduleInput(serializers.Serializer[Any]):
+    """A recurring schedule: `cron` (minute hour day month weekday) in `timezone`; one
+    target (`thread_id`, or `agent`: each run opens a new thread of it); `action` `turn`
+    (submit `input`) or `effect` (fire `effect` on the thread)."""
+
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    thread_id = serializers.UUIDField(required=False, allow_null=True)
+    agent = serializers.CharField(required=False, allow_null=True)
+    cron = serializers.CharField(max_length=120, help_text="e.g. `0 9 * * 1-5`: 9:00 on weekdays")
+    timezone = serializers.CharField(
+        required=False, default="UTC", help_text="an IANA time zone, e.g. `Europe/Paris`"
     )
-    last_run_at: int | None
-    last_run: dict[str, Any] | None = Field(
-        description="{thread_id, turn_id | effect_id} or {error}"
+    action = serializers.ChoiceField(choices=ScheduleAction.choices, default=ScheduleAction.TURN)
+    input = ScheduleTurnSerializer(required=False, allow_null=True, help_text="for `turn`")
+    effect = ScheduleEffectSerializer(required=False, allow_null=True, help_text="for `effect`")
+    paused = serializers.BooleanField(required=False, default=False)
+
+
+class ScheduleRunSerializer(serializers.Serializer[Any]):
+    """What a run started (`thread_id` with `turn_id` or `effect_id`), or the `error` that
+    stopped it."""
+
+    thread_id = serializers.UUIDField(required=False)
+    turn_id = serializers.UUIDField(required=False)
+    effect_id = serializers.UUIDField(required=False)
+    error = serializers.CharField(required=False)
+
+
+class ScheduleSerializer(serializers.Serializer[Any]):
+    """A recurring schedule: `cron` in `timezone` submits a turn (to a thread, or to a new
+    thread of an agent) or fires an effect on a thread."""
+
+    id = serializers.UUIDField()
+    name = serializers.CharField(allow_blank=True)
+    thread_id = serializers.UUIDField(allow_null=True)
+    agent = serializers.CharField(allow_null=True)
+    cron = serializers.CharField()
+    timezone = serializers.CharField()
+    action = serializers.ChoiceField(choices=ScheduleAction.choices)
+    input = ScheduleTurnSerializer(allow_null=True, help_text="null unless `action` is `turn`")
+    effect = ScheduleEffectSerializer(allow_null=True, help_text="null unless `action` is `effect`")
+    paused = serializers.BooleanField()
+    next_run_at = serializers.IntegerField(
+        allow_null=True, help_text=f"the next slot, {US_SINCE_EPOCH}; null while paused"
     )
-    runs: int
-    created_at: int
-    updated_at: int
+    last_run_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    last_run = ScheduleRunSerializer(allow_null=True, help_text="null before the first run")
+    runs = serializers.IntegerField()
+    created_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+    updated_at = serializers.IntegerField(help_text=f"{US_SINCE_EPOCH}; never before `created_at`")
 
 
 THREAD_FILTER = OpenApiParameter("thread_id", str, description="only this thread's schedules")
@@ -79,9 +106,8 @@ class ScheduleViewSet(TenantScopedViewSet):
         return queryset.order_by("created_at", "id")
 
     @extend_schema(
-        operation_id="schedules_list", parameters=[THREAD_FILTER],
-        responses=OpenApiTypes.OBJECT,
-        description="Paginated: `{count, next, previous, results}`, oldest first",
+        operation_id="schedules_list", summary="List the tenant's schedules",
+        description="Oldest first.", parameters=[THREAD_FILTER], responses=ScheduleSerializer,
     )  # fmt: skip
     def list(self, request: Request) -> Response:
         thread_id = request.query_params.get("thread_id")
@@ -91,16 +117,26 @@ class ScheduleViewSet(TenantScopedViewSet):
         assert page is not None
         return self.get_paginated_response([schedule_json(row) for row in page])
 
-    @extend_schema(request=ScheduleInput, responses={201: ScheduleOutput})
+    @extend_schema(
+        operation_id="schedules_create", summary="Create a schedule",
+        request=ScheduleInput, responses={201: ScheduleSerializer},
+    )  # fmt: skip
     def create(self, request: Request) -> Response:
         row = schedule_save(tenant=self.principal.tenant, data=request.data)
         return Response(schedule_json(row), status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses=ScheduleOutput)
+    @extend_schema(
+        operation_id="schedules_retrieve", summary="Get a schedule", responses=ScheduleSerializer
+    )
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(schedule_json(self.get_object()))
 
-    @extend_schema(request=ScheduleInput, responses=ScheduleOutput)
+    @extend_schema(
+        operation_id="schedules_partial_update", summary="Change a schedule",
+        description="The fields sent replace the stored ones. A new `cron`, `timezone` or "
+        "`paused` moves the next run.",
+        request=ScheduleInput, responses=ScheduleSerializer,
+    )  # fmt: skip
     def partial_update(self, request: Request, pk: str) -> Response:
         if not isinstance(request.data, Mapping):
             raise ValidationFailed("the body must be a JSON object")
@@ -109,21 +145,29 @@ class ScheduleViewSet(TenantScopedViewSet):
         )
         return Response(schedule_json(row))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        operation_id="schedules_destroy", summary="Delete a schedule", responses={204: None}
+    )
     def destroy(self, request: Request, pk: str) -> Response:
         self.get_object().delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=None, responses=ScheduleOutput)
+    @extend_schema(
+        operation_id="schedules_pause", summary="Pause a schedule",
+        description="No run until it is resumed.", request=None, responses=ScheduleSerializer,
+    )  # fmt: skip
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str) -> Response:
-        """No run until resumed."""
         return Response(schedule_json(schedule_pause(row=self.get_object(), paused=True)))
 
-    @extend_schema(request=None, responses=ScheduleOutput)
+    @extend_schema(
+        operation_id="schedules_resume", summary="Resume a schedule",
+        description="It runs again from its next slot after now; the slots it missed are "
+        "not made up.",
+        request=None, responses=ScheduleSerializer,
+    )  # fmt: skip
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str) -> Response:
-        """Runs again from its next slot after now (missed slots are not made up)."""
         return Response(schedule_json(schedule_pause(row=self.get_object(), paused=False)))
 
 

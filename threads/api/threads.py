@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from tenancy.viewsets import TenantScopedViewSet
+from threads.api.run_outputs import (
+    ActionSerializer,
+    TurnSerializer,
+    VariableRequestSerializer,
+    microseconds,
+)
 from threads.events import session_id_of
 from threads.models import EnvType, RunStatus, Thread
 from threads.runtime.lifecycle import thread_open
@@ -95,6 +100,110 @@ class ThreadListQuery(serializers.Serializer[Any]):
     created_before = serializers.DateTimeField(required=False)
 
 
+class ThreadCountsSerializer(serializers.Serializer[Any]):
+    """How many of each the thread holds."""
+
+    messages = serializers.IntegerField()
+    logs = serializers.IntegerField()
+    files = serializers.IntegerField()
+    children = serializers.IntegerField(help_text="its subagents' threads")
+
+
+class ThreadSerializer(serializers.Serializer[Any]):
+    """A thread: one durable conversation of an agent."""
+
+    id = serializers.UUIDField()
+    agent = serializers.CharField(help_text="the agent it runs now (a handoff changes it)")
+    origin_agent = serializers.CharField(help_text="the agent it was created with")
+    user_id = serializers.CharField(allow_null=True)
+    parent_id = serializers.UUIDField(allow_null=True, help_text="a subagent's parent thread")
+    session_id = serializers.UUIDField(
+        help_text="the root of its subagent tree (its own id when top-level)"
+    )
+    relationship = serializers.CharField(
+        allow_null=True, help_text="a subagent's relationship to its parent"
+    )
+    arguments = serializers.JSONField(help_text="a subagent's initial arguments, else null")
+    tags = serializers.ListField(child=serializers.CharField())
+    metadata = serializers.DictField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    created_at = microseconds("when it was created")
+    updated_at = microseconds("when it last changed")
+    last_activity_at = microseconds("when it last stored a message")
+    terminated_at = microseconds("when it was terminated", allow_null=True)
+    counts = ThreadCountsSerializer(
+        required=False, help_text="in the answer about one thread, not in lists"
+    )
+
+
+class TurnOutcomeSerializer(serializers.Serializer[Any]):
+    """How the thread's last turn to end ended."""
+
+    turn_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    outcome = serializers.CharField(allow_null=True, help_text="why it ended")
+    error = serializers.CharField(allow_null=True)
+    ended_at = microseconds("when it ended")
+
+
+class IncidentSerializer(serializers.Serializer[Any]):
+    """Something that went wrong around the thread's work and was recovered from."""
+
+    at = microseconds("when it happened")
+    incident = serializers.CharField(help_text="what happened: `takeover`")
+    turn_id = serializers.UUIDField(required=False)
+    fence = serializers.IntegerField(required=False)
+    detail = serializers.CharField(required=False)
+
+
+PENDING_REQUEST = PolymorphicProxySerializer(
+    component_name="PendingRequest",
+    serializers={"approval": ActionSerializer, "input": ActionSerializer,
+                 "variables": VariableRequestSerializer},
+    resource_type_field_name="kind",
+    many=True,
+    help_text="what waits for a person, oldest first: actions, and variable requests of "
+    "deferred subagents",
+)  # fmt: skip
+
+
+class ThreadReadSerializer(ThreadSerializer):
+    """A thread and its read model: the status refined where only a read can know, its turns
+    at work and in the queue, how the last one ended, and what waits for a person."""
+
+    counts = ThreadCountsSerializer()
+    status = serializers.ChoiceField(
+        choices=RunStatus.choices,
+        help_text="the stored status, refined where only a read can know: `lost`, `stale`, "
+        "`streaming`, `waiting_resource`",
+    )
+    stored_status = serializers.ChoiceField(choices=RunStatus.choices)
+    stop_requested = serializers.BooleanField(
+        help_text="a stop parks the queued turns until the next user message"
+    )
+    active_turn = TurnSerializer(
+        allow_null=True,
+        help_text="the running turn, or the one resting on a person's decision",
+    )
+    queued_turns = TurnSerializer(many=True, help_text="in the order they will run")
+    last_outcome = TurnOutcomeSerializer(allow_null=True)
+    pending_requests = PENDING_REQUEST
+    incidents = IncidentSerializer(many=True, help_text="the newest few, newest first")
+
+
+class ThreadDeletedSerializer(serializers.Serializer[Any]):
+    """What deleting a thread removed."""
+
+    deleted_threads = serializers.IntegerField(help_text="the thread and its subagents' threads")
+
+
+LIST_DESCRIPTION = (
+    "Newest first. `status` filters by the status the read model shows: one only a read can "
+    "know (`lost`, `stale`, `streaming`, `waiting_resource`), or `running`, `retrying` or "
+    "`queued`, is looked for among the newest 1000 threads stored in a status it can come from."
+)
+
+
 class ThreadViewSet(TenantScopedViewSet):
     """Threads of the caller's tenant."""
 
@@ -102,8 +211,9 @@ class ThreadViewSet(TenantScopedViewSet):
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     @extend_schema(
-        parameters=[ThreadListQuery], responses=OpenApiTypes.OBJECT, operation_id="threads_list"
-    )
+        summary="List threads", description=LIST_DESCRIPTION, parameters=[ThreadListQuery],
+        responses=ThreadSerializer, operation_id="threads_list",
+    )  # fmt: skip
     def list(self, request: Request) -> Response:
         query = ThreadListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -112,7 +222,10 @@ class ThreadViewSet(TenantScopedViewSet):
         assert page is not None
         return self.get_paginated_response([thread_json(row) for row in page])
 
-    @extend_schema(request=ThreadCreateInput, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="Create a thread", request=ThreadCreateInput,
+        responses={201: ThreadSerializer}, operation_id="threads_create",
+    )  # fmt: skip
     def create(self, request: Request) -> Response:
         payload = ThreadCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
@@ -129,7 +242,10 @@ class ThreadViewSet(TenantScopedViewSet):
             thread_json(thread, counts=thread_counts(thread=thread)), status=status.HTTP_201_CREATED
         )
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Get a thread and its read model", responses=ThreadReadSerializer,
+        operation_id="threads_retrieve",
+    )  # fmt: skip
     def retrieve(self, request: Request, pk: str) -> Response:
         """The thread and its read model (get_thread_read): ``status`` (refined where only
         a read can know: ``lost``, ``stale``, ``streaming``, ``waiting_resource``), the
@@ -140,7 +256,10 @@ class ThreadViewSet(TenantScopedViewSet):
         body.update(thread_read_model(thread=thread))
         return Response(body)
 
-    @extend_schema(request=ThreadUpdateInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Change a thread's tags or metadata", request=ThreadUpdateInput,
+        responses=ThreadSerializer, operation_id="threads_partial_update",
+    )  # fmt: skip
     def partial_update(self, request: Request, pk: str) -> Response:
         thread = self.get_object()
         payload = ThreadUpdateInput(data=request.data, partial=True)
@@ -148,7 +267,10 @@ class ThreadViewSet(TenantScopedViewSet):
         thread = thread_update(thread=thread, **payload.validated_data)
         return Response(thread_json(thread, counts=thread_counts(thread=thread)))
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="Delete a thread, its subagents' threads and everything they hold",
+        responses={200: ThreadDeletedSerializer}, operation_id="threads_destroy",
+    )  # fmt: skip
     def destroy(self, request: Request, pk: str) -> Response:
         deleted = thread_delete(thread=self.get_object())
         return Response({"deleted_threads": deleted})

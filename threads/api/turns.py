@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -22,15 +22,14 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Max, Min, Q
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from common.pagination import MAX_OFFSET
-from common.schema import error_response
+from common.pagination import PAGE_PARAMETERS, paginate_page
+from common.schema import error_response, page_of
 from threads import turn_signals
 from threads.api.base import (
     IDEMPOTENCY_KEY,
@@ -41,6 +40,12 @@ from threads.api.base import (
 )
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
 from threads.api.messages import MessageSendInput
+from threads.api.run_outputs import (
+    ActionSerializer,
+    MessageSerializer,
+    QueuedMessageSerializer,
+    TurnSerializer,
+)
 from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType
 from threads.models import (
     TURN_PAUSED,
@@ -73,6 +78,38 @@ MAX_WAIT_S = 600.0
 RECHECK_S = 5.0
 
 
+SUBMIT_DESCRIPTION = (
+    "Queues a message as a turn and answers 202 with it at once. `multitask_strategy` says "
+    "what happens to a turn already running: `enqueue` (wait behind it, in submission order), "
+    "`reject` (409 `thread_busy` naming it), `interrupt` (it ends cancelled, what it wrote "
+    "stays) or `rollback` (it ends cancelled and what it wrote is deleted). A repeat with the "
+    "same `Idempotency-Key` answers the first answer and queues nothing."
+)
+SUBMIT_WAIT_DESCRIPTION = (
+    "The body of `POST .../turns`, then the answer of `GET /turns/{turn_id}/wait` for the turn "
+    "it queued: `done` is false when `timeout` passed first, and the turn runs on. A repeat "
+    "with the same `Idempotency-Key` queues nothing and waits for the first request's turn."
+)
+WAIT_DESCRIPTION = (
+    "Answers once the turn is over, rests on a person's decision (`waiting_permission`, "
+    "`waiting_input`: `actions` lists what they are asked) or `timeout` seconds passed."
+)
+REMOVE_DESCRIPTION = "The queued turn ends `cancelled` (outcome `removed`); 409 for any other."
+CANCEL_DESCRIPTION = (
+    "A queued turn ends `cancelled` at once; a running one is aborted (what it wrote stays, "
+    "its open calls are closed) and may still show `running` for a moment: wait for it. A "
+    "finished turn is left as it is."
+)
+STREAM_DESCRIPTION = (
+    "The turn's events as Server-Sent Events, from its `queue.changed` `added` to the event "
+    "that ends it (`turn.completed`, `turn.failed`, `turn.cancelled`, or `queue.changed` "
+    "`removed`/`cancelled`)."
+)
+REASONING = OpenApiParameter(
+    "reasoning", bool, OpenApiParameter.QUERY, description="also `reasoning.delta` events"
+)
+
+
 class TurnSubmitInput(serializers.Serializer[Any]):
     input = MessageSendInput(help_text="the message: content, role, attachments, silent, metadata")
     multitask_strategy = serializers.ChoiceField(
@@ -82,13 +119,42 @@ class TurnSubmitInput(serializers.Serializer[Any]):
 
 
 class TurnListQuery(serializers.Serializer[Any]):
-    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+    status = serializers.ChoiceField(
+        choices=RunStatus.choices, required=False, help_text="only the turns in this status"
+    )
 
 
 class TurnWaitQuery(serializers.Serializer[Any]):
-    timeout = serializers.FloatField(min_value=0, max_value=MAX_WAIT_S, default=DEFAULT_WAIT_S)
+    timeout = serializers.FloatField(
+        min_value=0, max_value=MAX_WAIT_S, default=DEFAULT_WAIT_S,
+        help_text=f"seconds to wait, at most {MAX_WAIT_S:.0f} (default {DEFAULT_WAIT_S:.0f})",
+    )  # fmt: skip
+
+
+class SubmittedTurnSerializer(TurnSerializer):
+    """A submitted turn, queued; for a message, the message as it will be stored."""
+
+    message_id = serializers.UUIDField(
+        required=False, help_text="for a message: the id it will have"
+    )
+    message = QueuedMessageSerializer(
+        required=False, help_text="for a message: the message as it will be stored"
+    )
+
+
+class TurnWaitSerializer(serializers.Serializer[Any]):
+    """A turn after a wait: the turn, the messages it wrote, and whether it is over."""
+
+    turn = TurnSerializer()
+    messages = MessageSerializer(many=True, help_text="what the turn wrote, oldest first")
+    done = serializers.BooleanField(
+        help_text="the turn is over; false when the timeout passed first, or when it rests on "
+        "a person's decision"
+    )
+    actions = ActionSerializer(
+        many=True, required=False,
+        help_text="while the turn rests on a person's decision: what they are asked",
+    )  # fmt: skip
 
 
 def submitted_json(turn: Turn) -> dict[str, Any]:
@@ -98,6 +164,11 @@ def submitted_json(turn: Turn) -> dict[str, Any]:
 
 def _detail(turn: Turn) -> dict[str, Any]:
     return turn_json(turn, message_ids=turn_message_ids(turns=[turn])[turn.pk])
+
+
+def _listed(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    written = turn_message_ids(turns=turns)
+    return [turn_json(turn, message_ids=written[turn.pk]) for turn in turns]
 
 
 def _submit(view: ThreadScopedView, request: Request) -> tuple[Response, Turn]:
@@ -128,8 +199,9 @@ def _submit(view: ThreadScopedView, request: Request) -> tuple[Response, Turn]:
 
 class ThreadTurnsView(ThreadScopedView):
     @extend_schema(
+        summary="Submit a turn to a thread", description=SUBMIT_DESCRIPTION,
         request=TurnSubmitInput, parameters=[IDEMPOTENCY_KEY],
-        responses={202: OpenApiTypes.OBJECT, 409: WORK_REFUSED},
+        responses={202: SubmittedTurnSerializer, 409: WORK_REFUSED},
         operation_id="thread_turns_submit",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str) -> Response:
@@ -141,23 +213,16 @@ class ThreadTurnsView(ThreadScopedView):
         return _submit(self, request)[0]
 
     @extend_schema(
-        parameters=[TurnListQuery], responses=OpenApiTypes.OBJECT,
+        summary="List a thread's turns", description="Newest first.",
+        parameters=[TurnListQuery, *PAGE_PARAMETERS], responses=page_of(TurnSerializer),
         operation_id="thread_turns_list",
     )  # fmt: skip
     def get(self, request: Request, thread_id: str) -> Response:
         """The thread's turns, newest first; ``?status=`` filters by status."""
         query = TurnListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        options = query.validated_data
-        rows = turn_list(thread=self.thread(), status=options.get("status"))
-        total = rows.count()
-        offset, limit = options["offset"], options["limit"]
-        page = list(rows[offset : offset + limit])
-        written = turn_message_ids(turns=page)
-        return Response(
-            {"count": total, "next": None if offset + limit >= total else offset + limit,
-             "results": [turn_json(turn, message_ids=written[turn.pk]) for turn in page]}
-        )  # fmt: skip
+        rows = turn_list(thread=self.thread(), status=query.validated_data.get("status"))
+        return paginate_page(request, rows, _listed, view=self)
 
 
 NOT_QUEUED = error_response(409, "The turn is not queued")
@@ -172,14 +237,15 @@ SSE_EVENT = {
 
 
 class TurnDetailView(TurnScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="turns_retrieve")
+    @extend_schema(summary="Get a turn", responses=TurnSerializer, operation_id="turns_retrieve")
     def get(self, request: Request, turn_id: str) -> Response:
         """The turn: status, outcome, error, usage and the ids of the messages it wrote."""
         return Response(_detail(self.turn()))
 
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT, 409: NOT_QUEUED}, operation_id="turns_remove"
-    )
+        summary="Remove a queued turn", description=REMOVE_DESCRIPTION,
+        responses={200: TurnSerializer, 409: NOT_QUEUED}, operation_id="turns_remove",
+    )  # fmt: skip
     def delete(self, request: Request, turn_id: str) -> Response:
         """remove_queued_turn: a queued turn ends cancelled (outcome ``removed``); 409 for a
         turn that is not queued."""
@@ -188,7 +254,10 @@ class TurnDetailView(TurnScopedView):
 
 
 class TurnCancelView(TurnScopedView):
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, operation_id="turns_cancel")
+    @extend_schema(
+        summary="Cancel a turn", description=CANCEL_DESCRIPTION, request=None,
+        responses=TurnSerializer, operation_id="turns_cancel",
+    )  # fmt: skip
     def post(self, request: Request, turn_id: str) -> Response:
         """interrupt_turn: a queued turn ends cancelled at once; a running one is aborted
         (what it wrote stays, its open calls are closed). Idempotent; a finished turn is
@@ -200,10 +269,9 @@ class TurnCancelView(TurnScopedView):
 
 class TurnPromoteView(TurnScopedView):
     @extend_schema(
-        request=None,
-        responses={200: OpenApiTypes.OBJECT, 409: NOT_QUEUED},
-        operation_id="turns_promote",
-    )
+        summary="Move a queued turn to the front of its thread's queue", request=None,
+        responses={200: TurnSerializer, 409: NOT_QUEUED}, operation_id="turns_promote",
+    )  # fmt: skip
     def post(self, request: Request, turn_id: str) -> Response:
         """promote_queued_turn: the queued turn moves to the front of its thread's queue;
         409 for a turn that is not queued."""
@@ -246,7 +314,7 @@ def _body_once_ended(turn: Turn, *, woken: bool = False) -> bytes | None:
 
 
 WAIT_ANSWER = OpenApiResponse(
-    OpenApiTypes.OBJECT,
+    TurnWaitSerializer,
     description="`{turn, messages, done}`: the turn, the messages it wrote, and whether it "
     "is terminal (false when the timeout passed first, or when the turn rests on a person's "
     "decision: then `actions` lists what they are asked)",
@@ -268,8 +336,9 @@ def _waited(request: Request, turn: Turn, timeout: float) -> HttpResponseBase:
 
 class TurnWaitView(TurnScopedView):
     @extend_schema(
-        parameters=[TurnWaitQuery], responses={200: WAIT_ANSWER}, operation_id="turns_wait"
-    )
+        summary="Wait for a turn to end", description=WAIT_DESCRIPTION,
+        parameters=[TurnWaitQuery], responses={200: WAIT_ANSWER}, operation_id="turns_wait",
+    )  # fmt: skip
     def get(self, request: Request, turn_id: str) -> HttpResponseBase:
         """Block until the turn is terminal, rests on a person's decision
         (``waiting_permission``/``waiting_input``: the answer lists its pending ``actions``)
@@ -282,6 +351,8 @@ class TurnWaitView(TurnScopedView):
 
 class ThreadTurnsWaitView(ThreadScopedView):
     @extend_schema(
+        summary="Submit a turn to a thread and wait for it to end",
+        description=SUBMIT_WAIT_DESCRIPTION,
         request=TurnSubmitInput, parameters=[TurnWaitQuery, IDEMPOTENCY_KEY],
         responses={200: WAIT_ANSWER, 409: WORK_REFUSED},
         operation_id="thread_turns_submit_wait",
@@ -383,6 +454,8 @@ class TurnStreamView(TurnScopedView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
+        summary="Stream a turn's events", description=STREAM_DESCRIPTION,
+        parameters=[REASONING],
         responses={(200, "text/event-stream"): OpenApiResponse(
             SSE_EVENT, description="Server-Sent Events of the turn")},
         operation_id="turns_stream",

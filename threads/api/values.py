@@ -1,6 +1,8 @@
 """``/api/v1/threads/{id}/kv``: the thread's durable KV store (runtime spec §14).
 
-``kv/<key>`` takes the rest of the path as the key, so keys may contain ``/``.
+``kv`` lists the values by key in the list shape (keyset on the key), ``?search=`` keeping
+the keys that hold it. ``kv/<key>`` takes the rest of the path as the key, so keys may
+contain ``/``.
 """
 
 from __future__ import annotations
@@ -10,55 +12,65 @@ from typing import Any
 
 from django.db import transaction
 from django.urls import path
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound, ValidationFailed
-from common.pagination import MAX_OFFSET
-from common.schema import error_response
+from common.pagination import PAGE_PARAMETERS, paginate
+from common.schema import error_response, page_of
 from threads.api.base import ThreadScopedView
+from threads.models import ThreadValue
 from threads.services.values import (
-    MAX_LIST_LIMIT,
     StoredValue,
     value_delete,
     value_list,
+    value_of,
     value_rename,
     value_set,
     value_stored,
 )
 
 
+class KvValueSerializer(serializers.Serializer[StoredValue]):
+    """A value of a thread's KV store. `updated_at` is microseconds since the Unix epoch."""
+
+    key = serializers.CharField(help_text="up to 255 characters; may contain `/`")
+    value = serializers.JSONField(help_text="any JSON value but null")
+    size = serializers.IntegerField(help_text="bytes of the value's compact JSON")
+    updated_at = serializers.IntegerField()
+
+
 def value_json(item: StoredValue) -> dict[str, Any]:
-    return {"key": item.key, "value": item.value, "size": item.size, "updated_at": item.updated_at}
-
-
-class ValueListQuery(serializers.Serializer[Any]):
-    search = serializers.CharField(required=False, allow_blank=True)
-    limit = serializers.IntegerField(min_value=0, max_value=MAX_LIST_LIMIT, default=100)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+    return dict(KvValueSerializer(item).data)
 
 
 class ValueListView(ThreadScopedView):
     @extend_schema(
-        parameters=[ValueListQuery], responses=OpenApiTypes.OBJECT, operation_id="thread_kv_list"
+        summary="List a thread's KV values",
+        description="By key. `search` keeps the keys that hold it (case-insensitive);"
+        " values are encrypted at rest, so they are not searched.",
+        parameters=[
+            *PAGE_PARAMETERS,
+            OpenApiParameter("search", str, description="a part of the key, any case"),
+        ],
+        responses=page_of(KvValueSerializer),
+        operation_id="thread_kv_list",
     )
     def get(self, request: Request, thread_id: str) -> Response:
-        query = ValueListQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        search = query.validated_data.get("search") or None
-        limit, offset = query.validated_data["limit"], query.validated_data["offset"]
-        items, total = value_list(thread=self.thread(), search=search, limit=limit, offset=offset)
-        return Response(
-            {"values": [value_json(item) for item in items], "total": total,
-             "limit": limit, "offset": offset, "search": search}
-        )  # fmt: skip
+        thread = self.thread()
+        rows = value_list(thread=thread, search=request.query_params.get("search") or None)
+
+        def serialize(row: ThreadValue) -> dict[str, Any]:
+            return value_json(value_of(thread=thread, row=row))
+
+        return paginate(request, rows, serialize, view=self)
 
 
+# Documents the body for the schema; _put_body reads it (a null value is not a missing one).
 class ValuePutInput(serializers.Serializer[Any]):
-    """The body of ``PUT kv/<key>`` as documented (``_put_body`` reads it)."""
+    """The value to store under the key, and optionally the key it is renamed from."""
 
     value = serializers.JSONField(help_text="any JSON value; null deletes the key (204)")
     previous_key = serializers.CharField(
@@ -79,7 +91,9 @@ def _put_body(data: object) -> tuple[Any, str | None]:
 
 
 class ValueDetailView(ThreadScopedView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="Read a KV value", responses=KvValueSerializer, operation_id="thread_kv_retrieve"
+    )
     def get(self, request: Request, thread_id: str, key: str) -> Response:
         item = value_stored(thread=self.thread(), key=key)
         if item is None:
@@ -87,9 +101,14 @@ class ValueDetailView(ThreadScopedView):
         return Response(value_json(item))
 
     @extend_schema(
+        summary="Set, rename or delete a KV value",
+        operation_id="thread_kv_set",
+        description="Sets `value` under the key; `null` deletes the key (204). With"
+        " `previous_key`, that key is first renamed to this one (409 when this one exists),"
+        " in the same transaction.",
         request=ValuePutInput,
         responses={
-            200: OpenApiTypes.OBJECT,
+            200: KvValueSerializer,
             204: OpenApiResponse(description="`value` was null: the key is deleted"),
             409: error_response(409, "`previous_key` renames to a key that exists"),
         },
@@ -109,7 +128,9 @@ class ValueDetailView(ThreadScopedView):
         assert item is not None
         return Response(value_json(item))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        summary="Delete a KV value", responses={204: None}, operation_id="thread_kv_delete"
+    )
     def delete(self, request: Request, thread_id: str, key: str) -> Response:
         thread = self.thread()
         if value_stored(thread=thread, key=key) is None:

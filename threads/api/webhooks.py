@@ -4,18 +4,21 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
-from pydantic import BaseModel, Field
-from rest_framework import status
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import ValidationFailed
+from common.pagination import PAGE_PARAMETERS
+from common.schema import page_of
 from tenancy.models import Role
 from tenancy.viewsets import TenantScopedViewSet
-from threads.models import WebhookDelivery, WebhookEndpoint
+from threads.events.webhooks import WEBHOOK_EVENTS
+from threads.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from threads.services.webhooks import (
     delivery_json,
     delivery_redeliver,
@@ -25,29 +28,84 @@ from threads.services.webhooks import (
     secret_rotate,
 )
 
+US_SINCE_EPOCH = "µs since the Unix epoch"
+EVENT_TYPES = sorted(str(kind) for kind in WEBHOOK_EVENTS)
 
-class WebhookInput(BaseModel):
-    """An HTTPS endpoint for the tenant's events of ``event_types``."""
 
-    url: str = Field(description="https://…")
-    event_types: list[str] = Field(
-        description="turn.completed, turn.failed, subagent.completed, action.required, "
-        "thread.status, effect.failed, webhook.disabled"
+class WebhookInput(serializers.Serializer[Any]):
+    """An HTTPS endpoint for the tenant's events of `event_types`."""
+
+    url = serializers.URLField(max_length=2000, help_text="an https URL")
+    event_types = serializers.ListField(
+        child=serializers.ChoiceField(choices=EVENT_TYPES), min_length=1
     )
-    description: str = ""
-    enabled: bool = True
+    description = serializers.CharField(required=False, allow_blank=True, max_length=500)
+    enabled = serializers.BooleanField(required=False, default=True)
 
 
-class WebhookOutput(WebhookInput):
-    id: str
-    consecutive_failures: int
-    disabled_at: int | None
-    disabled_reason: str | None
-    created_at: int
-    updated_at: int
-    secret: str | None = Field(
-        None, description="the signing secret (whsec_…): only in the answer that creates it"
+class WebhookSerializer(serializers.Serializer[Any]):
+    """An HTTPS endpoint the tenant's events of `event_types` are POSTed to, signed as the
+    Standard Webhooks specification says."""
+
+    id = serializers.UUIDField()
+    url = serializers.URLField()
+    event_types = serializers.ListField(child=serializers.ChoiceField(choices=EVENT_TYPES))
+    description = serializers.CharField(allow_blank=True)
+    enabled = serializers.BooleanField()
+    consecutive_failures = serializers.IntegerField(
+        help_text="failed attempts in a row; too many disable the endpoint"
     )
+    disabled_at = serializers.IntegerField(
+        allow_null=True, help_text=f"{US_SINCE_EPOCH}: when failures disabled it"
+    )
+    disabled_reason = serializers.CharField(allow_null=True)
+    created_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+    updated_at = serializers.IntegerField(help_text=f"{US_SINCE_EPOCH}; never before `created_at`")
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    """A new webhook endpoint, with its signing secret: the only answer that holds it."""
+
+    secret = serializers.CharField(help_text="the signing secret (`whsec_…`), shown only once")
+
+
+class WebhookSecretSerializer(serializers.Serializer[Any]):
+    """A new signing secret, shown only once."""
+
+    secret = serializers.CharField(help_text="`whsec_…`")
+
+
+class WebhookAttemptSerializer(serializers.Serializer[Any]):
+    at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+    status_code = serializers.IntegerField(allow_null=True, help_text="null: no HTTP answer")
+    error = serializers.CharField(allow_null=True)
+    duration_ms = serializers.FloatField()
+
+
+class WebhookDeliverySerializer(serializers.Serializer[Any]):
+    """One event for one endpoint. `id` is the `webhook-id` header receivers deduplicate
+    on; a redelivery keeps it."""
+
+    id = serializers.UUIDField()
+    endpoint_id = serializers.UUIDField()
+    thread_id = serializers.UUIDField(allow_null=True)
+    event_type = serializers.CharField(help_text="one of the endpoint's `event_types`")
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices)
+    attempts = serializers.IntegerField()
+    next_attempt_at = serializers.IntegerField(
+        allow_null=True, help_text=f"{US_SINCE_EPOCH}; only while `pending`"
+    )
+    last_status_code = serializers.IntegerField(allow_null=True)
+    last_error = serializers.CharField(allow_null=True)
+    log = WebhookAttemptSerializer(many=True, help_text="every attempt, oldest first")
+    created_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+    delivered_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    payload = serializers.DictField(help_text="the event, as WebSockets carry it")
+
+
+STATUS_FILTER = OpenApiParameter(
+    "status", str, enum=list(DeliveryStatus.values), description="only deliveries in this status"
+)
 
 
 class WebhookViewSet(TenantScopedViewSet):
@@ -58,50 +116,75 @@ class WebhookViewSet(TenantScopedViewSet):
     write_role = Role.ADMIN
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
-    @extend_schema(operation_id="webhooks_list", responses=OpenApiTypes.OBJECT,
-                   description="Paginated: `{count, next, previous, results}`")  # fmt: skip
+    @extend_schema(
+        operation_id="webhooks_list", summary="List the tenant's webhook endpoints",
+        description="Oldest first.", responses=WebhookSerializer,
+    )  # fmt: skip
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset().order_by("created_at", "id"))
         assert page is not None
         return self.get_paginated_response([endpoint_json(row) for row in page])
 
-    @extend_schema(request=WebhookInput, responses={201: WebhookOutput})
+    @extend_schema(
+        operation_id="webhooks_create", summary="Create a webhook endpoint",
+        description="The answer's `secret` signs the deliveries; it is shown this once.",
+        request=WebhookInput, responses={201: WebhookCreatedSerializer},
+    )  # fmt: skip
     def create(self, request: Request) -> Response:
         row, secret = endpoint_save(tenant=self.principal.tenant, data=request.data)
         return Response({**endpoint_json(row), "secret": secret}, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses=WebhookOutput)
+    @extend_schema(
+        operation_id="webhooks_retrieve", summary="Get a webhook endpoint",
+        responses=WebhookSerializer,
+    )  # fmt: skip
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(endpoint_json(self.get_object()))
 
-    @extend_schema(request=WebhookInput, responses=WebhookOutput)
+    @extend_schema(
+        operation_id="webhooks_partial_update", summary="Change a webhook endpoint",
+        description="The fields sent replace the stored ones. Enabling a disabled endpoint "
+        "starts its failure count over.",
+        request=WebhookInput, responses=WebhookSerializer,
+    )  # fmt: skip
     def partial_update(self, request: Request, pk: str) -> Response:
         row, _ = endpoint_save(
             tenant=self.principal.tenant, data=request.data, current=self.get_object()
         )
         return Response(endpoint_json(row))
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        operation_id="webhooks_destroy", summary="Delete a webhook endpoint",
+        responses={204: None},
+    )  # fmt: skip
     def destroy(self, request: Request, pk: str) -> Response:
         endpoint_delete(row=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        operation_id="webhooks_rotate_secret", summary="Rotate a webhook's signing secret",
+        description="Answers the new secret, once. The previous one keeps signing alongside "
+        "it for the overlap the operator set (`WEBHOOK_SECRET_OVERLAP_S`), so receivers can "
+        "switch without missing a delivery.",
+        request=None, responses=WebhookSecretSerializer,
+    )  # fmt: skip
     @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request: Request, pk: str) -> Response:
-        """A new signing secret (answered once); the previous one keeps signing, alongside,
-        for ``WEBHOOK_SECRET_OVERLAP_S``."""
         return Response({"secret": secret_rotate(row=self.get_object())})
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="webhooks_deliveries_list")
+    @extend_schema(
+        operation_id="webhooks_deliveries_list", summary="List a webhook's deliveries",
+        description="Newest first, each with its attempts' log.",
+        parameters=[STATUS_FILTER, *PAGE_PARAMETERS],
+        responses=page_of(WebhookDeliverySerializer),
+    )  # fmt: skip
     @action(detail=True, methods=["get"])
     def deliveries(self, request: Request, pk: str) -> Response:
-        """The endpoint's deliveries, newest first, each with its attempts' log; paginated."""
         endpoint = self.get_object()
-        rows = WebhookDelivery.objects.filter(endpoint_id=endpoint.pk).order_by("-created_at")
+        rows = WebhookDelivery.objects.filter(endpoint_id=endpoint.pk).order_by("-created_at", "id")
         status_filter = request.query_params.get("status")
         if status_filter is not None:
-            if status_filter not in ("pending", "sending", "delivered", "failed"):
+            if status_filter not in DeliveryStatus.values:
                 raise ValidationFailed(
                     "status must be pending, sending, delivered or failed", field="status"
                 )
@@ -110,12 +193,16 @@ class WebhookViewSet(TenantScopedViewSet):
         assert page is not None
         return self.get_paginated_response([delivery_json(row) for row in page])
 
-    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        operation_id="webhooks_redeliver", summary="Send a webhook delivery again",
+        description="Now, whatever its status, with the same `webhook-id` (receivers can "
+        "deduplicate); its attempts start over.",
+        request=None, responses=WebhookDeliverySerializer,
+    )  # fmt: skip
     @action(
         detail=True, methods=["post"],
         url_path="deliveries/(?P<delivery_id>[0-9a-fA-F-]{36})/redeliver",
     )  # fmt: skip
     def redeliver(self, request: Request, pk: str, delivery_id: str) -> Response:
-        """Send a delivery again now (same ``webhook-id``: receivers can deduplicate)."""
         row = delivery_redeliver(endpoint=self.get_object(), delivery_id=delivery_id)
         return Response(delivery_json(row))

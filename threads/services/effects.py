@@ -312,7 +312,3 @@ def pending_json(rows: Sequence[ScheduledEffect]) -> list[dict[str, Any]]:
          "createdAt": row.created_at}
         for row in rows
     ]  # fmt: skip
-
-
-def upcoming_count(*, thread: Thread) -> int:
-    return ScheduledEffect.objects.filter(thread_id=thread.pk, status=EffectStatus.PENDING).count()

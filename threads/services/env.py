@@ -114,6 +114,11 @@ def _as_type(stored: str) -> EnvTypeName:
     return "text" if stored == EnvType.TEXT else "secret"
 
 
+def env_entry_of(row: ThreadEnv | TenantEnv) -> EnvEntry:
+    """What a listing shows of a row of :func:`thread_env_rows` or :func:`tenant_env_rows`."""
+    return EnvEntry(row.name, _as_type(row.type), row.updated_at)
+
+
 # Thread env ------------------------------------------------------------------------------
 
 
@@ -197,10 +202,14 @@ def thread_env_delete(*, thread: Thread, name: str) -> bool:
     return deleted > 0
 
 
+def thread_env_rows(*, thread: Thread) -> QuerySet[ThreadEnv]:
+    """The thread's variable rows by name (show them with :func:`env_entry_of`)."""
+    return ThreadEnv.objects.for_tenant(thread.tenant).filter(thread=thread).order_by("name")
+
+
 def thread_env_names(*, thread: Thread) -> list[EnvEntry]:
     """The thread's variables by name: names and types, never values."""
-    rows = ThreadEnv.objects.for_tenant(thread.tenant).filter(thread=thread).order_by("name")
-    return [EnvEntry(row.name, _as_type(row.type), row.updated_at) for row in rows]
+    return [env_entry_of(row) for row in thread_env_rows(thread=thread)]
 
 
 def thread_env_get(*, thread: Thread, name: str) -> EnvValue | None:
@@ -261,9 +270,13 @@ def tenant_env_delete(*, tenant: Tenant, name: str) -> bool:
     return deleted > 0
 
 
+def tenant_env_rows(*, tenant: Tenant) -> QuerySet[TenantEnv]:
+    """The tenant's variable rows by name (show them with :func:`env_entry_of`)."""
+    return TenantEnv.objects.for_tenant(tenant).order_by("name")
+
+
 def tenant_env_names(*, tenant: Tenant) -> list[EnvEntry]:
-    rows = TenantEnv.objects.for_tenant(tenant).order_by("name")
-    return [EnvEntry(row.name, _as_type(row.type), row.updated_at) for row in rows]
+    return [env_entry_of(row) for row in tenant_env_rows(tenant=tenant)]
 
 
 def tenant_env_get(*, tenant: Tenant, name: str) -> EnvValue | None:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
 from common.errors import ValidationFailed
 from threads.events import EventType, Outbox, publish
@@ -114,6 +115,20 @@ def _log_insert(
     return log
 
 
+def log_rows(
+    *, thread: Thread, order: Literal["asc", "desc"] = "desc", kind: str | None = None
+) -> QuerySet[Log]:
+    """The thread's logs by creation time (``desc``: newest first), only ``kind``'s when
+    given. Raises ValidationFailed for another ``order``."""
+    if order not in ("asc", "desc"):
+        raise ValidationFailed("order must be asc or desc", field="order")
+    rows = Log.objects.for_tenant(thread.tenant).filter(thread=thread)
+    if kind:
+        rows = rows.filter(kind=kind)
+    ordering = ["created_at", "id"] if order == "asc" else ["-created_at", "-id"]
+    return rows.order_by(*ordering)
+
+
 def log_list(
     *,
     thread: Thread,
@@ -122,16 +137,11 @@ def log_list(
     order: Literal["asc", "desc"] = "desc",
     kind: str | None = None,
 ) -> tuple[list[Log], int]:
+    """One page of :func:`log_rows` by place (the spec's ``getLogs``), and the total."""
     if limit < 0 or offset < 0:
         raise ValidationFailed("limit and offset must not be negative", field="limit")
-    if order not in ("asc", "desc"):
-        raise ValidationFailed("order must be asc or desc", field="order")
-    rows = Log.objects.for_tenant(thread.tenant).filter(thread=thread)
-    if kind:
-        rows = rows.filter(kind=kind)
-    total = rows.count()
-    ordering = ["created_at", "id"] if order == "asc" else ["-created_at", "-id"]
-    return list(rows.order_by(*ordering)[offset : offset + limit]), total
+    rows = log_rows(thread=thread, order=order, kind=kind)
+    return list(rows[offset : offset + limit]), rows.count()
 
 
 def log_get(*, thread: Thread, log_id: uuid.UUID | str) -> Log | None:

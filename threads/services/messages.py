@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Field
+from django.db.models import Field, QuerySet
 
 from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
@@ -119,6 +119,19 @@ def jsonb_value(stored: Any) -> Any:
     return json.loads(stored) if isinstance(stored, str) else stored
 
 
+def messages_of(
+    *, thread: Thread, include_silent: bool = False, max_depth: int | None = None
+) -> QuerySet[Message]:
+    """The thread's messages, not ordered: silent ones only with ``include_silent``, none
+    nested deeper than ``max_depth``."""
+    rows = Message.objects.for_tenant(thread.tenant).filter(thread=thread)
+    if not include_silent:
+        rows = rows.filter(silent=False)
+    if max_depth is not None:
+        rows = rows.filter(depth__lte=max_depth)
+    return rows
+
+
 def message_list(
     *,
     thread: Thread,
@@ -133,11 +146,7 @@ def message_list(
         raise ValidationFailed("limit and offset must not be negative", field="limit")
     if order not in ("asc", "desc"):
         raise ValidationFailed("order must be asc or desc", field="order")
-    rows = Message.objects.for_tenant(thread.tenant).filter(thread=thread)
-    if not include_silent:
-        rows = rows.filter(silent=False)
-    if max_depth is not None:
-        rows = rows.filter(depth__lte=max_depth)
+    rows = messages_of(thread=thread, include_silent=include_silent, max_depth=max_depth)
     total = rows.count()
     rows = rows.order_by("seq" if order == "asc" else "-seq")[offset:]
     page = list(rows[:limit] if limit is not None else rows)

@@ -114,24 +114,29 @@ def thread_list(
     created_after: dt.datetime | None = None,
     created_before: dt.datetime | None = None,
 ) -> QuerySet[Thread]:
+    """The tenant's threads, newest first (ties by id, so pages by keyset are stable).
+
+    ``status`` is the read model's, applied after the other filters: a status only a read
+    can know is looked for among the newest candidates that pass them
+    (:func:`threads_in_status`)."""
     rows: QuerySet[Thread] = Thread.objects.for_tenant(tenant)
     if agent:
         rows = rows.filter(agent_name=agent)
     if user_id:
         rows = rows.filter(user_id=user_id)
-    if status:
-        if status not in RunStatus.values:
-            raise ValidationFailed(
-                f"status must be one of {', '.join(RunStatus.values)}", field="status"
-            )
-        rows = threads_in_status(rows, status)
     if tag:
         rows = rows.filter(tags__contains=[tag])
     if created_after is not None:
         rows = rows.filter(created_at__gte=to_us(created_after))
     if created_before is not None:
         rows = rows.filter(created_at__lt=to_us(created_before))
-    return rows.order_by("-created_at")
+    if status:
+        if status not in RunStatus.values:
+            raise ValidationFailed(
+                f"status must be one of {', '.join(RunStatus.values)}", field="status"
+            )
+        rows = threads_in_status(rows, status)
+    return rows.order_by("-created_at", "-id")
 
 
 # Four index scans in one statement (joining the four tables would multiply their rows).

@@ -42,7 +42,6 @@ MAX_KEY_LENGTH = 255  # characters (ThreadValue.key's column width)
 MAX_VALUE_BYTES = 1024 * 1024  # bytes of the compact UTF-8 JSON serialisation
 MAX_KEYS_PER_THREAD = 10_000
 MAX_VALUE_DEPTH = 64  # nested arrays/objects
-MAX_LIST_LIMIT = 1000
 
 
 class CorruptValue(DomainError):
@@ -224,9 +223,7 @@ def value_stored(*, thread: Thread, key: str) -> StoredValue | None:
     """Like :func:`value_get`, with the size and update time (what the API shows)."""
     _key_check(key)
     row = _rows(thread).filter(key=key).first()
-    if row is None:
-        return None
-    return StoredValue(row.key, _decode(thread, row), row.size, row.updated_at)
+    return None if row is None else value_of(thread=thread, row=row)
 
 
 @transaction.atomic
@@ -282,22 +279,22 @@ def value_delete(*, thread: Thread, key: str, outbox: Outbox | None = None) -> V
     return _announced(thread, change, outbox)
 
 
-def value_list(
-    *, thread: Thread, search: str | None = None, limit: int = 100, offset: int = 0
-) -> tuple[list[StoredValue], int]:
-    """One page of the thread's values ordered by key, and the total matching ``search``
-    (a case-insensitive substring of the key; values are encrypted, so not searchable)."""
-    if not 0 <= limit <= MAX_LIST_LIMIT:
-        raise ValidationFailed(f"limit must be between 0 and {MAX_LIST_LIMIT}", field="limit")
-    if offset < 0:
-        raise ValidationFailed("offset must not be negative", field="offset")
+def value_list(*, thread: Thread, search: str | None = None) -> QuerySet[ThreadValue]:
+    """The thread's stored values ordered by key, those whose key holds ``search`` (a
+    case-insensitive substring; values are encrypted, so not searchable). The rows are
+    sealed: read each with :func:`value_of`."""
     rows = _rows(thread).order_by("key")
     if search:
         rows = rows.filter(key__icontains=search)
-    total = rows.count()
-    page = list(rows[offset : offset + limit])
-    items = [StoredValue(row.key, _decode(thread, row), row.size, row.updated_at) for row in page]
-    return items, total
+    return rows
+
+
+def value_of(*, thread: Thread, row: ThreadValue) -> StoredValue:
+    """The decrypted value of a row of :func:`value_list`, with its size and update time.
+
+    Raises CorruptValue when the stored bytes are not JSON, DecryptionFailed on tampering.
+    """
+    return StoredValue(row.key, _decode(thread, row), row.size, row.updated_at)
 
 
 @transaction.atomic

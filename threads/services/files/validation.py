@@ -36,7 +36,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MIME = re.compile(r"^[\w.+-]+/[\w.+-]+(\s*;.*)?$")
 _TEXT_APPLICATION_TYPES = frozenset(
     {
-        "application/json", "application/ld+json", "application/x-ndjson",
+        "application/json", "application/ld+json", "application/x-ndjson", "application/jsonl",
         "application/xml", "application/yaml", "application/x-yaml", "application/toml",
         "application/javascript", "application/x-javascript", "application/ecmascript",
         "application/typescript", "application/x-typescript", "application/x-sh",
@@ -114,8 +114,15 @@ def is_image_mime_type(mime_type: str) -> bool:
 
 
 # The standard library's table alone (not the machine's /etc/mime.types): the same answer
-# everywhere.
+# everywhere; plus the text formats agents often write that Python 3.11's table lacks (or,
+# for `.ts`, reads as an MPEG stream).
 _TYPES_BY_NAME = mimetypes.MimeTypes(filenames=())
+for _extension, _type in {
+    ".md": "text/markdown", ".markdown": "text/markdown", ".yaml": "application/yaml",
+    ".yml": "application/yaml", ".jsonl": "application/jsonl", ".ts": "text/typescript",
+    ".tsx": "text/typescript",
+}.items():  # fmt: skip
+    _TYPES_BY_NAME.add_type(_type, _extension)
 
 
 def _mime_type(mime_type: object, path: str) -> str:
