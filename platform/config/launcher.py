@@ -173,6 +173,8 @@ def _banner(base_url: str, credentials: dict[str, str], log_dir: Path) -> str:
             f"    curl -s -X POST {base_url}api/v1/threads -H 'Authorization: Bearer {key}' "
             "-H 'Content-Type: application/json' -d '{\"agent\": \"assistant\"}'",
             '    # then POST /api/v1/threads/<id>/turns/wait with {"input": {"content": "Hello"}}',
+            f"    # or from Python (README): export AGENTS_API_URL={base_url.rstrip('/')} "
+            f"AGENTS_API_KEY={key}",
             "Press Ctrl-C to stop.",
             "",
         ]
