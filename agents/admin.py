@@ -1,66 +1,303 @@
-"""Definitions in the admin, read-only: changes go through the API or bundles, which
-validate the tenant's definitions as a whole."""
+"""Definitions and permission rules in the admin, written through the API's own door.
+
+A definition's form parses its fields as the kind's document (``parse_document``) and runs
+``definition_save`` (which checks the tenant's whole definition graph) in a savepoint that
+is rolled back, so every problem shows at its field, or as a form error naming its path
+and, for another definition, that definition. Saving then calls ``definition_save`` for
+real; deleting calls ``definition_delete`` (refused while something refers to the row).
+A model's API key is write-only: typed in, stored encrypted, never shown.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django import forms
+from django.contrib import admin, messages
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 
+from agents.documents import Strict
 from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
+from agents.permission_rules import FIELDS as RULE_FIELDS
+from agents.permission_rules import permission_rule_delete, permission_rule_save
+from agents.services import KEEP, definition_delete, definition_save, parse_document
+from agents.validation import SINGULAR, Kind
+from common.errors import DomainError
+from tenancy.admin import TenantScopedAdmin
+from tenancy.models import Role, Tenant
 
 
-class ReadOnly:
-    """Admin pages that show rows and change none."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+class _DryRun(Exception):
+    """Rolls back a write made only to validate it."""
 
 
-class DefinitionAdmin(ReadOnly, admin.ModelAdmin[Definition]):
+def _top_field(path: str) -> str:
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
+class ServiceForm(forms.ModelForm[Any]):
+    """A form whose rows are written by a service: ``clean()`` runs the service through
+    ``dry_run()`` (a savepoint rolled back), and its errors land at their fields."""
+
+    def tenant(self) -> Tenant | None:
+        chosen = self.cleaned_data.get("tenant")
+        if isinstance(chosen, Tenant):
+            return chosen
+        return self.instance.tenant if self.instance.tenant_id else None
+
+    def dry_run(self, write: Any) -> Any:
+        """``write()``'s result, with everything it wrote rolled back."""
+        outcome: list[Any] = []
+        try:
+            with transaction.atomic():
+                outcome.append(write())
+                raise _DryRun
+        except _DryRun:
+            pass
+        return outcome[0]
+
+    def add_problem(self, path: str, message: str) -> None:
+        """``message`` at the field ``path`` starts with, else as a form error naming it."""
+        field = _top_field(path)
+        text = f"{path}: {message}" if path else message
+        self.add_error(field if field in self.fields else None, text)
+
+
+class DefinitionForm(ServiceForm):
+    kind: ClassVar[Kind]
+    document: Strict | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.current_name: str | None = None if self.instance._state.adding else self.instance.name
+
+    def document_data(self) -> dict[str, Any]:
+        """The document the fields describe; an empty optional field takes its default."""
+        data: dict[str, Any] = {}
+        for name in self.instance.DOCUMENT.model_fields:
+            value = (
+                self.cleaned_data.get(name) if name in self.fields else getattr(self.instance, name)
+            )
+            if value is None or value == "":
+                continue
+            data[name] = value
+        return data
+
+    def api_key(self) -> object:
+        return KEEP
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant = self.tenant()
+        if self.errors or tenant is None:
+            return cleaned
+        try:
+            document = parse_document(self.kind, self.document_data())
+            self.document = document
+            self.dry_run(
+                lambda: definition_save(
+                    tenant=tenant,
+                    kind=self.kind,
+                    doc=document,
+                    current_name=self.current_name,
+                    api_key=self.api_key(),
+                )
+            )
+        except DomainError as error:
+            self.document = None
+            self._add_domain_error(error)
+        return cleaned
+
+    def _add_domain_error(self, error: DomainError) -> None:
+        details = error.details if isinstance(error.details, list) else None
+        if not details:
+            self.add_problem(error.field or "", error.message)
+            return
+        name = self.cleaned_data.get("name")
+        for item in details:
+            kind, owner, path = item.get("kind"), item.get("name"), item.get("path") or ""
+            if kind is None or (kind == SINGULAR[self.kind] and owner == name):
+                self.add_problem(path, item["message"])
+            else:
+                where = f"{kind} {owner!r}: " + (f"{path}: " if path else "")
+                self.add_error(None, where + item["message"])
+
+
+class ModelDefinitionForm(DefinitionForm):
+    kind = "models"
+    api_key_value = forms.CharField(
+        label="API key",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Write-only: stored encrypted and never shown. Leave empty to keep the "
+        "stored key.",
+    )
+    remove_api_key = forms.BooleanField(
+        label="Remove the stored API key", required=False, initial=False
+    )
+
+    def api_key(self) -> object:
+        if self.cleaned_data.get("remove_api_key"):
+            return None
+        return self.cleaned_data.get("api_key_value") or KEEP
+
+
+class PromptForm(DefinitionForm):
+    kind = "prompts"
+
+
+class AgentForm(DefinitionForm):
+    kind = "agents"
+
+
+class CodeToolForm(DefinitionForm):
+    kind = "code_tools"
+
+
+class DefinitionAdmin(TenantScopedAdmin[Definition]):
+    form: type[DefinitionForm]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__slug"]
-    readonly_fields = ["tenant", "created_at", "updated_at"]
-    exclude = ["api_key_encrypted"]
+    extra_fields: ClassVar[list[str]] = []
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        document = list(self.model.DOCUMENT.model_fields)
+        if obj is None:
+            return ["tenant", *document, *self.extra_fields]
+        return ["tenant", *document, *self.extra_fields, "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [] if obj is None else ["tenant", "created_at", "updated_at"]
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)  # deletes go one by one through definition_delete
+        return found
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        saved = definition_save(
+            tenant=form.tenant(), kind=form.kind, doc=form.document,
+            current_name=form.current_name, api_key=form.api_key(),
+        )  # fmt: skip
+        for field in type(obj)._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(saved.row, field.attname))
+        obj._state.adding = False
+        for warning in saved.warnings:
+            self.message_user(request, f"Warning: {warning.describe()}", level=messages.WARNING)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        definition_delete(tenant=obj.tenant, kind=self.form.kind, name=obj.name)
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except DomainError as error:
+            self.message_user(request, error.message, level=messages.ERROR)
+            info = (self.opts.app_label, self.opts.model_name)
+            return HttpResponseRedirect(
+                reverse("admin:{}_{}_change".format(*info), args=[object_id])
+            )
 
 
 @admin.register(Model)
 class ModelAdmin(DefinitionAdmin):
+    form = ModelDefinitionForm
     list_display = ["name", "tenant", "provider", "model_id", "has_api_key", "updated_at"]
     list_filter = ["tenant", "provider"]
+    extra_fields = ["api_key_value", "remove_api_key", "has_api_key"]
 
-    @admin.display(boolean=True, description="API key")
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = super().get_fields(request, obj)
+        return fields if obj is not None else [f for f in fields if f != "has_api_key"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = super().get_readonly_fields(request, obj)
+        return fields if obj is None else [*fields, "has_api_key"]
+
+    @admin.display(boolean=True, description="API key stored")
     def has_api_key(self, obj: Model) -> bool:
         return obj.has_api_key
 
 
 @admin.register(Prompt)
 class PromptAdmin(DefinitionAdmin):
+    form = PromptForm
     list_display = ["name", "tenant", "model", "include_chat", "updated_at"]
 
 
 @admin.register(Agent)
 class AgentAdmin(DefinitionAdmin):
+    form = AgentForm
     list_display = ["name", "tenant", "type", "expose_as_tool", "updated_at"]
     list_filter = ["tenant", "type"]
 
 
 @admin.register(CodeTool)
 class CodeToolAdmin(DefinitionAdmin):
+    form = CodeToolForm
     list_display = ["name", "tenant", "language", "updated_at"]
 
 
-@admin.register(PermissionRule)
-class PermissionRuleAdmin(ReadOnly, admin.ModelAdmin[PermissionRule]):
-    """Read-only like definitions: changes go through the API, which checks them."""
+class PermissionRuleForm(ServiceForm):
+    """Checks the rule with ``permission_rule_save`` (rolled back), as the API does."""
 
+    class Meta:
+        model = PermissionRule
+        fields = ["tenant", *RULE_FIELDS]
+
+    def rule_data(self) -> Mapping[str, Any]:
+        return {name: self.cleaned_data.get(name) for name in RULE_FIELDS}
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant = self.tenant()
+        if self.errors or tenant is None:
+            return cleaned
+        current = None if self.instance._state.adding else copy.copy(self.instance)
+        try:
+            self.dry_run(
+                lambda: permission_rule_save(tenant=tenant, data=self.rule_data(), current=current)
+            )
+        except DomainError as error:
+            self.add_problem(error.field or "", error.message)
+        return cleaned
+
+
+@admin.register(PermissionRule)
+class PermissionRuleAdmin(TenantScopedAdmin[PermissionRule]):
+    """Written through ``permission_rule_save`` / ``permission_rule_delete``, as by the API."""
+
+    form = PermissionRuleForm
+    write_role = Role.ADMIN  # as the API: admins write permission rules
     list_display = ["decision", "tool", "agent", "tenant", "updated_at"]
     list_filter = ["tenant", "decision"]
     search_fields = ["tool", "agent", "description", "tenant__slug"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = ["tenant", *RULE_FIELDS]
+        return fields if obj is None else [*fields, "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [] if obj is None else ["tenant", "created_at", "updated_at"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        row = permission_rule_save(
+            tenant=form.tenant(), data=form.rule_data(), current=obj if change else None
+        )
+        for field in PermissionRule._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(row, field.attname))
+        obj._state.adding = False
+
+    def delete_model(self, request: HttpRequest, obj: PermissionRule) -> None:
+        permission_rule_delete(tenant=obj.tenant, row=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for row in queryset.select_related("tenant"):
+            permission_rule_delete(tenant=row.tenant, row=row)
