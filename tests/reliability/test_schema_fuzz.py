@@ -329,6 +329,12 @@ def _media_type(response: Response) -> str:
     return content_type.split(";")[0].strip().lower()
 
 
+# Headers that frame the HTTP message itself: a made-up value is refused by the HTTP server
+# (uvicorn's plain-text 400) before the application sees the request, so it says nothing of
+# the API.
+FRAMING_HEADERS = {"content-length", "transfer-encoding"}
+
+
 @schema.parametrize()
 def test_every_operation_answers_documented_json_and_no_5xx(
     case: Case[Any], keys: dict[str, str], answered: dict[str, set[int]]
@@ -336,6 +342,8 @@ def test_every_operation_answers_documented_json_and_no_5xx(
     # Passed explicitly, so ``ignored_auth`` knows them for real: it repeats the request
     # without them and with made-up ones, and expects a 401.
     headers = {"Authorization": f"Bearer {keys[case.operation.label]}"}
+    for name in [name for name in case.headers or {} if name.lower() in FRAMING_HEADERS]:
+        del case.headers[name]
     response = case.call(headers=headers)
     answered[case.operation.label].add(response.status_code)
     case.validate_response(response, headers=headers)
