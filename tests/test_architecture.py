@@ -20,6 +20,7 @@ PROJECT_PACKAGES = {
     "common": REPO / "platform" / "common",
     "agents": REPO / "agents",
     "threads": REPO / "threads",
+    "console": REPO / "console",
     "sandbox": REPO / "sandbox",
 }
 

@@ -156,6 +156,12 @@ def db_pool_size() -> int:
     return _positive("DB_POOL_SIZE", 20)
 
 
+def browser_tests_required() -> bool:
+    """Whether the console's browser tests must run (``BROWSER_TESTS=required``, as CI sets
+    it): without Chromium they then fail instead of being skipped."""
+    return (_get("BROWSER_TESTS") or "").strip().lower() == "required"
+
+
 def ws_compression() -> bool:
     """Whether WebSocket frames may be compressed (permessage-deflate). Off by default: it
     costs the web process about a third more CPU per delivered event, for frames that are

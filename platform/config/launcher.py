@@ -166,6 +166,7 @@ def _banner(base_url: str, credentials: dict[str, str], log_dir: Path) -> str:
             f"  API key:  {key}",
             f"  Admin:    {base_url}admin/  (user {credentials['admin_user']}, "
             f"password {credentials['admin_password']})",
+            f"  Console:  {base_url}console/  (the same login)",
             f"  API docs: {base_url}api/docs/",
             f"  Agents:   {credentials['agents']}",
             f"  Logs:     tail -f {log_dir}/*.log",

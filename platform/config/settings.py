@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "tenancy",
     "agents",
     "threads",
+    "console",
     "sandbox",
 ]
 if not env.is_production():
@@ -324,6 +325,9 @@ SPECTACULAR_SETTINGS = {
 
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
+# The console's login (Django's auth views); the admin keeps its own.
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:threads"
 if env.is_production():
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

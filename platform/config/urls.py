@@ -18,6 +18,7 @@ urlpatterns = [
     re_path(r"^healthz/?$", healthz, name="healthz"),
     re_path(r"^readyz/?$", readyz, name="readyz"),
     path("admin/", admin.site.urls),
+    path("console/", include("console.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("tenancy.urls")),

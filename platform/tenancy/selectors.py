@@ -19,6 +19,13 @@ def tenant_get(*, slug: str) -> Tenant:
         raise NotFound(f"no tenant with slug {slug!r}", field="tenant") from error
 
 
+def membership_list(*, user: User) -> list[Membership]:
+    """``user``'s memberships in active tenants, by tenant slug (the console's tenant
+    switcher)."""
+    rows = Membership.objects.select_related("tenant").filter(user=user, tenant__is_active=True)
+    return list(rows.order_by("tenant__slug"))
+
+
 def principal_for_user(*, user: User, tenant_slug: str | None) -> Principal:
     """The principal of a logged-in user, in the tenant named by ``tenant_slug``.
 

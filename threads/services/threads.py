@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from agents.selectors import agent_load
 from common.errors import NotFound, ValidationFailed
@@ -113,8 +113,11 @@ def thread_list(
     tag: str | None = None,
     created_after: dt.datetime | None = None,
     created_before: dt.datetime | None = None,
+    search: str | None = None,
 ) -> QuerySet[Thread]:
     """The tenant's threads, newest first (ties by id, so pages by keyset are stable).
+    ``search`` matches a thread id, or part of its agent's name or user id, or one of its
+    tags exactly.
 
     ``status`` is the read model's, applied after the other filters: a status only a read
     can know is looked for among the newest candidates that pass them
@@ -130,6 +133,8 @@ def thread_list(
         rows = rows.filter(created_at__gte=to_us(created_after))
     if created_before is not None:
         rows = rows.filter(created_at__lt=to_us(created_before))
+    if search and search.strip():
+        rows = rows.filter(_matching(search.strip()))
     if status:
         if status not in RunStatus.values:
             raise ValidationFailed(
@@ -137,6 +142,14 @@ def thread_list(
             )
         rows = threads_in_status(rows, status)
     return rows.order_by("-created_at", "-id")
+
+
+def _matching(text: str) -> Q:
+    found = Q(agent_name__icontains=text) | Q(user_id__icontains=text) | Q(tags__contains=[text])
+    try:
+        return found | Q(id=id_of(text))
+    except ValueError:
+        return found
 
 
 # Four index scans in one statement (joining the four tables would multiply their rows).

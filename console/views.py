@@ -1,0 +1,282 @@
+"""Console pages. Each reads and writes through the services the API uses, scoped to the
+membership :func:`console.scope.console_view` resolved: the same validation, the same
+events, another tenant's thread a 404.
+
+A write answers JSON to the page's script (``Accept: application/json``): ``{"ok": true,
+…}``, or ``{"error": {code, message, field?}}`` with the API's status; a plain form post
+(no script) is redirected back to the thread, its error shown as a message.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agents.graph import GraphVariable, agent_graph_variables
+from agents.selectors import agent_names
+from common.api import error_body
+from common.errors import DomainError, NotFound, ValidationFailed
+from common.time import from_us
+from console.forms import MessageForm, ThreadFilterForm, ThreadNewForm
+from console.scope import SESSION_TENANT, Console, console_of, console_view
+from tenancy.models import Tenant
+from tenancy.selectors import membership_list
+from tenancy.services import ws_ticket_issue
+from threads.models import Thread, TurnSource
+from threads.runtime.lifecycle import thread_open
+from threads.services.actions import action_respond
+from threads.services.control import thread_stop, turn_cancel
+from threads.services.env import EnvInput
+from threads.services.inbox import message_queue
+from threads.services.threads import thread_get, thread_list
+from threads.services.turns import read_status, turn_get
+
+THREADS_PER_PAGE = 50
+
+
+def _page(
+    request: HttpRequest, template: str, context: Mapping[str, Any], status: int = 200
+) -> HttpResponse:
+    return render(request, template, {"console": console_of(request), **context}, status=status)
+
+
+def _thread(tenant: Tenant, thread_id: uuid.UUID) -> Thread:
+    """The tenant's thread; another tenant's is a 404, as in the API."""
+    try:
+        return thread_get(tenant=tenant, thread_id=thread_id)
+    except NotFound as error:
+        raise Http404(error.message) from error
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _answer(
+    request: HttpRequest, thread: Thread, write: Callable[[], dict[str, Any]]
+) -> HttpResponse:
+    """Run ``write``; answer JSON to a script, else redirect back to the thread."""
+    try:
+        body = write()
+    except DomainError as error:
+        if _wants_json(request):
+            return JsonResponse(
+                error_body(error.code, error.message, error.field), status=error.status
+            )
+        messages.error(request, error.message)
+    else:
+        if _wants_json(request):
+            return JsonResponse({"ok": True, **body})
+    return redirect("console:thread", thread_id=thread.pk)
+
+
+# Tenants -------------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tenant_choose(request: HttpRequest) -> HttpResponse:
+    """The tenant switcher: the user's memberships; choosing one keeps it in the session."""
+    user = request.user
+    assert isinstance(user, User)
+    memberships = membership_list(user=user)
+    if request.method == "POST":
+        slug = request.POST.get("tenant", "")
+        if any(row.tenant.slug == slug for row in memberships):
+            request.session[SESSION_TENANT] = slug
+            return redirect("console:threads")
+        messages.error(request, "Choose one of your tenants.")
+    current = request.session.get(SESSION_TENANT)
+    return render(
+        request, "console/tenant_choose.html", {"memberships": memberships, "current": current}
+    )
+
+
+# Threads -------------------------------------------------------------------------------------
+
+
+@require_GET
+@console_view()
+def threads_page(request: HttpRequest) -> HttpResponse:
+    console = console_of(request)
+    tenant = console.principal.tenant
+    agents = agent_names(tenant=tenant)
+    filters = ThreadFilterForm(request.GET, agents=agents)
+    rows: Any = Thread.objects.none()
+    if filters.is_valid():
+        data = filters.cleaned_data
+        rows = thread_list(
+            tenant=tenant, agent=data["agent"] or None, status=data["status"] or None,
+            search=data["q"] or None,
+        )  # fmt: skip
+    page = Paginator(rows, THREADS_PER_PAGE).get_page(request.GET.get("page"))
+    threads = [
+        {"thread": row, "status": read_status(row), "last_activity": from_us(row.updated_at)}
+        for row in page
+    ]
+    return _page(
+        request, "console/thread_list.html",
+        {"filters": filters, "threads": threads, "page": page},
+    )  # fmt: skip
+
+
+def _required_variables(tenant: Tenant, agent: str) -> list[GraphVariable]:
+    """The variables a new thread of ``agent`` must be given, each once (as
+    ``required_variables_check`` demands them)."""
+    found: dict[str, GraphVariable] = {}
+    for variable in agent_graph_variables(tenant=tenant, agent_name=agent):
+        if variable.required and not (variable.scoped and variable.beyond):
+            found.setdefault(variable.name, variable)
+    return list(found.values())
+
+
+@require_http_methods(["GET", "POST"])
+@console_view(write=True)
+def thread_new(request: HttpRequest) -> HttpResponse:
+    """Create a thread: pick an agent, then give the variables it requires (if any)."""
+    tenant = console_of(request).principal.tenant
+    agents = agent_names(tenant=tenant)
+    source = request.POST if request.method == "POST" else request.GET
+    agent = source.get("agent") if source.get("agent") in agents else None
+    variables = _required_variables(tenant, agent) if agent else []
+    form = ThreadNewForm(
+        request.POST if request.method == "POST" else None,
+        agents=agents, variables=variables, initial={"agent": agent},
+    )  # fmt: skip
+    if request.method == "POST" and form.is_valid():
+        env = {
+            variable.name: EnvInput(value=form.cleaned_data[form.env_field(variable.name)])
+            for variable in variables
+            if form.cleaned_data.get(form.env_field(variable.name))
+        }
+        try:
+            thread = thread_open(tenant=tenant, agent_name=form.cleaned_data["agent"], env=env)
+        except DomainError as error:
+            form.add_domain_error(error)
+        else:
+            return redirect("console:thread", thread_id=thread.pk)
+    return _page(request, "console/thread_new.html", {"form": form, "agent": agent})
+
+
+@require_GET
+@console_view()
+def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    """The thread: its chat (live over the thread's socket), turns and pending actions."""
+    console = console_of(request)
+    thread = _thread(console.principal.tenant, thread_id)
+    urls = {
+        "messages": reverse("console:message-send", args=[thread.pk]),
+        "stop": reverse("console:thread-stop", args=[thread.pk]),
+        "ticket": reverse("console:ws-ticket", args=[thread.pk]),
+        "socket": f"/ws/threads/{thread.pk}/",
+        "cancel": reverse("console:turn-cancel", args=[thread.pk, uuid.UUID(int=0)]),
+        "action": reverse("console:action-respond", args=[thread.pk, uuid.UUID(int=0)]),
+    }
+    return _page(
+        request, "console/thread_detail.html",
+        {"thread": thread, "status": read_status(thread), "urls": urls,
+         "form": MessageForm(), "can_write": console.can_write},
+    )  # fmt: skip
+
+
+# Writes on a thread --------------------------------------------------------------------------
+
+
+@require_POST
+@console_view(write=True)
+def message_send(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    """Submit a message as a turn (``POST …/turns``), with its ``multitask_strategy``."""
+    thread = _thread(console_of(request).principal.tenant, thread_id)
+    form = MessageForm(request.POST)
+
+    def send() -> dict[str, Any]:
+        if not form.is_valid():
+            field, problems = next(iter(form.errors.items()))
+            raise ValidationFailed(str(problems[0]), field=field)
+        turn = message_queue(
+            thread=thread, role="user", content=form.cleaned_data["content"],
+            source=TurnSource.SUBMIT, strategy=form.cleaned_data["multitask_strategy"],
+        )  # fmt: skip
+        return {"turn_id": str(turn.pk)}
+
+    return _answer(request, thread, send)
+
+
+@require_POST
+@console_view(write=True)
+def thread_stop_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    """Stop the running turn (``POST …/stop``)."""
+    thread = _thread(console_of(request).principal.tenant, thread_id)
+
+    def stop() -> dict[str, Any]:
+        stopped = thread_stop(thread=thread).stopped_turn
+        return {"stopped_turn_id": str(stopped.pk) if stopped is not None else None}
+
+    return _answer(request, thread, stop)
+
+
+@require_POST
+@console_view(write=True)
+def turn_cancel_view(
+    request: HttpRequest, thread_id: uuid.UUID, turn_id: uuid.UUID
+) -> HttpResponse:
+    """Cancel one turn, queued or running (``POST /turns/{id}/cancel``)."""
+    tenant = console_of(request).principal.tenant
+    thread = _thread(tenant, thread_id)
+
+    def cancel() -> dict[str, Any]:
+        turn = turn_get(tenant=tenant, turn_id=turn_id)
+        if turn.thread_id != thread.pk:
+            raise NotFound(f"no turn {turn_id} on this thread")
+        return {"turn_id": str(turn_cancel(thread=thread, turn=turn).pk)}
+
+    return _answer(request, thread, cancel)
+
+
+@require_POST
+@console_view(write=True)
+def action_respond_view(
+    request: HttpRequest, thread_id: uuid.UUID, action_id: uuid.UUID
+) -> HttpResponse:
+    """Approve or deny a pending approval, answer (``data``, JSON) or deny an input request
+    (``POST …/actions/{id}``)."""
+    console = console_of(request)
+    thread = _thread(console.principal.tenant, thread_id)
+    body: dict[str, Any] = {"decision": request.POST.get("decision", "")}
+    if request.POST.get("reason"):
+        body["reason"] = request.POST["reason"]
+    user = console.principal.user
+    responder = f"user:{user.get_username()}" if user is not None else ""
+
+    def respond() -> dict[str, Any]:
+        if "data" in request.POST:  # an input request's answer, as JSON
+            try:
+                body["data"] = json.loads(request.POST["data"])
+            except ValueError as error:
+                raise ValidationFailed(f"data is not JSON: {error}", field="data") from error
+        action = action_respond(thread=thread, action_id=action_id, body=body, responder=responder)
+        return {"action_id": str(action.pk), "status": action.status}
+
+    return _answer(request, thread, respond)
+
+
+@require_POST
+@console_view(write=False)
+def ws_ticket(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    """A one-time ticket for the thread's socket, standing for this membership (a browser
+    cannot send ``X-Tenant`` on a socket). Any role may follow a thread."""
+    console: Console = console_of(request)
+    thread = _thread(console.principal.tenant, thread_id)
+    issued = ws_ticket_issue(principal=console.principal)
+    return JsonResponse({"ticket": issued.ticket, "thread_id": str(thread.pk)})
