@@ -60,8 +60,7 @@ def _served(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> 
         with background_server(served) as (port, _pid):
             server_warm_up(port, timeout=START_TIMEOUT_S)
             worker.wait_ready(timeout=START_TIMEOUT_S)
-            with tasks_routed_to(worker.queue):
-                yield Served(port, worker, media_root)
+            yield Served(port, worker, media_root)
     finally:
         worker.stop()
 
@@ -71,8 +70,11 @@ def live_api(_served: Served, transactional_db: None, settings: Settings) -> Ite
     settings.MEDIA_ROOT = str(_served.media_root)
     tenant = make_tenant(f"live-{uuid.uuid4().hex[:8]}")
     key = make_api_key(tenant, name="client tests").secret
-    yield LiveApi(f"http://127.0.0.1:{_served.port}", key, tenant.slug)
-    _quiesce(tenant)
+    # The test's own tasks go to the live worker while it runs, and only then: the server
+    # and worker live for the session, and later tests route their tasks their own way.
+    with tasks_routed_to(_served.worker.queue):
+        yield LiveApi(f"http://127.0.0.1:{_served.port}", key, tenant.slug)
+        _quiesce(tenant)
 
 
 # Turns the worker may still be running: the database is emptied after each test, and

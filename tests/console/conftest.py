@@ -151,8 +151,7 @@ def served(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> I
         with background_server(overrides) as (port, _pid):
             server_warm_up(port, timeout=START_TIMEOUT_S)
             worker.wait_ready(timeout=START_TIMEOUT_S)
-            with tasks_routed_to(worker.queue):
-                yield Served(f"http://127.0.0.1:{port}", worker)
+            yield Served(f"http://127.0.0.1:{port}", worker)
     finally:
         worker.stop()
 
@@ -189,7 +188,10 @@ def team(served: Served, transactional_db: None) -> Iterator[Team]:
     the test, its turns are left to rest before the database is emptied (emptying it while
     the worker writes can deadlock)."""
     made = team_make()
-    yield made
+    # The test's own tasks go to the live worker while it runs, and only then: the server
+    # and worker live for the session, and later tests route their tasks their own way.
+    with tasks_routed_to(served.worker.queue):
+        yield made
     deadline = time.monotonic() + QUIESCE_TIMEOUT_S
     working = Turn.objects.filter(
         tenant=made.tenant, status__in=_WORKING, thread__terminated_at__isnull=True,
