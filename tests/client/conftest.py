@@ -5,7 +5,6 @@ scripted rules."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -17,21 +16,14 @@ import pytest_asyncio
 from pytest_django.fixtures import Settings
 from standard_agents_client import AsyncClient, Client
 
-from config.launcher import background_server
-from tenancy.models import Tenant
 from tests.factories import make_api_key, make_tenant
+from tests.live import Live, live_platform, working_for
 from tests.reliability.platform import chat_bundle
-from tests.support import current_database_url, server_warm_up
-from tests.worker import Worker, private_queue, tasks_routed_to, worker_start
-from threads.models import RunStatus, Turn
-
-START_TIMEOUT_S = 60.0
 
 
 @dataclass
 class Served:
-    port: int
-    worker: Worker
+    live: Live
     media_root: Path
 
 
@@ -49,20 +41,8 @@ class LiveApi:
 def _served(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     directory = tmp_path_factory.mktemp("live")
     media_root = directory / "media"
-    environment = {"MEDIA_ROOT": str(media_root)}
-    worker = worker_start(
-        queue=private_queue(), database_url=current_database_url(),
-        log_path=directory / "worker.log", environment=environment,
-    )  # fmt: skip
-    try:
-        served = {"DATABASE_URL": current_database_url(), "CELERY_QUEUE": worker.queue,
-                  **environment}  # fmt: skip
-        with background_server(served) as (port, _pid):
-            server_warm_up(port, timeout=START_TIMEOUT_S)
-            worker.wait_ready(timeout=START_TIMEOUT_S)
-            yield Served(port, worker, media_root)
-    finally:
-        worker.stop()
+    with live_platform(directory, {"MEDIA_ROOT": str(media_root)}) as live:
+        yield Served(live, media_root)
 
 
 @pytest.fixture
@@ -70,29 +50,8 @@ def live_api(_served: Served, transactional_db: None, settings: Settings) -> Ite
     settings.MEDIA_ROOT = str(_served.media_root)
     tenant = make_tenant(f"live-{uuid.uuid4().hex[:8]}")
     key = make_api_key(tenant, name="client tests").secret
-    # The test's own tasks go to the live worker while it runs, and only then: the server
-    # and worker live for the session, and later tests route their tasks their own way.
-    with tasks_routed_to(_served.worker.queue):
-        yield LiveApi(f"http://127.0.0.1:{_served.port}", key, tenant.slug)
-        _quiesce(tenant)
-
-
-# Turns the worker may still be running: the database is emptied after each test, and
-# emptying it while the worker writes can deadlock.
-_WORKING = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
-QUIESCE_TIMEOUT_S = 10.0
-
-
-def _quiesce(tenant: Tenant) -> None:
-    """Wait until the tenant's turns rest (ended, paused, or parked on a terminated or
-    stopped thread)."""
-    deadline = time.monotonic() + QUIESCE_TIMEOUT_S
-    working = Turn.objects.filter(
-        tenant=tenant, status__in=_WORKING, thread__terminated_at__isnull=True,
-        thread__stop_requested=False,
-    )  # fmt: skip
-    while working.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with working_for(_served.live, tenant):
+        yield LiveApi(_served.live.base_url, key, tenant.slug)
 
 
 @pytest.fixture

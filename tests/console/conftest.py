@@ -9,7 +9,6 @@ Browser tests skip when ``/usr/bin/chromium`` is missing, unless ``BROWSER_TESTS
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,12 +21,9 @@ from django.contrib.sessions.backends.db import SessionStore
 
 from agents.bundles import bundle_import
 from config import env
-from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.factories import make_member, make_tenant
-from tests.support import current_database_url, server_warm_up
-from tests.worker import Worker, private_queue, tasks_routed_to, worker_start
-from threads.models import RunStatus, Turn
+from tests.live import Live, live_platform, working_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -35,9 +31,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
 ARTIFACTS = env.REPO_DIR / "var" / "test-artifacts"
-START_TIMEOUT_S = 60.0
-QUIESCE_TIMEOUT_S = 10.0
-_WORKING = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
 
 # The scripted model's answers (docs/providers.md): "time" calls the current_time tool and
 # then tells it, "slow" answers after a long while (a turn to stop), "stream" answers a long
@@ -129,35 +122,17 @@ def _browser_available() -> None:
     pytest.skip(f"browser tests skipped: {reason}")
 
 
-@dataclass
-class Served:
-    base_url: str
-    worker: Worker
-
-
 @pytest.fixture(scope="session")
-def served(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """uvicorn and a Celery worker on a queue of their own, for the whole session."""
     _browser_available()
     directory = tmp_path_factory.mktemp("console-live")
-    environment = {"MEDIA_ROOT": str(directory / "media")}
-    worker = worker_start(
-        queue=private_queue(), database_url=current_database_url(),
-        log_path=directory / "worker.log", environment=environment,
-    )  # fmt: skip
-    try:
-        overrides = {"DATABASE_URL": current_database_url(), "CELERY_QUEUE": worker.queue,
-                     **environment}  # fmt: skip
-        with background_server(overrides) as (port, _pid):
-            server_warm_up(port, timeout=START_TIMEOUT_S)
-            worker.wait_ready(timeout=START_TIMEOUT_S)
-            yield Served(f"http://127.0.0.1:{port}", worker)
-    finally:
-        worker.stop()
+    with live_platform(directory, {"MEDIA_ROOT": str(directory / "media")}) as live:
+        yield live
 
 
 @pytest.fixture(scope="module")
-def browser(served: Served) -> Iterator[Any]:
+def browser(served: Live) -> Iterator[Any]:
     """Debian's Chromium, headless, for a module. Playwright's sync API keeps an event loop
     running in this thread while it lives, so the test process's own ORM calls are allowed
     alongside it, and it ends with the module (later tests run their own loops)."""
@@ -183,26 +158,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def team(served: Served, transactional_db: None) -> Iterator[Team]:
-    """A tenant with its members, committed (the live server and worker read it); after
-    the test, its turns are left to rest before the database is emptied (emptying it while
-    the worker writes can deadlock)."""
+def team(served: Live, transactional_db: None) -> Iterator[Team]:
+    """A tenant with its members, committed (the live server and worker read it)."""
     made = team_make()
-    # The test's own tasks go to the live worker while it runs, and only then: the server
-    # and worker live for the session, and later tests route their tasks their own way.
-    with tasks_routed_to(served.worker.queue):
+    with working_for(served, made.tenant):
         yield made
-    deadline = time.monotonic() + QUIESCE_TIMEOUT_S
-    working = Turn.objects.filter(
-        tenant=made.tenant, status__in=_WORKING, thread__terminated_at__isnull=True,
-        thread__stop_requested=False,
-    )  # fmt: skip
-    while working.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 @pytest.fixture
-def page(browser: Any, served: Served, request: pytest.FixtureRequest) -> Iterator[Any]:
+def page(browser: Any, served: Live, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A fresh browser context's page on the live server; its screenshot is kept in
     ``var/test-artifacts/`` when the test fails."""
     context = browser.new_context(base_url=served.base_url)
@@ -219,7 +183,7 @@ def page(browser: Any, served: Served, request: pytest.FixtureRequest) -> Iterat
         context.close()
 
 
-def log_in(page: Any, served: Served, user: User) -> None:
+def log_in(page: Any, served: Live, user: User) -> None:
     """Put ``user``'s session cookie in the page's browser context (the login form has a
     test of its own)."""
     page.context.add_cookies(

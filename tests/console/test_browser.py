@@ -13,8 +13,9 @@ from pytest_django.fixtures import Settings
 
 from tenancy.models import Role
 from tenancy.services import membership_set
-from tests.console.conftest import CAREFUL, CHAT, STREAMED, Served, Team, agents_for, log_in
+from tests.console.conftest import CAREFUL, CHAT, STREAMED, Team, agents_for, log_in
 from tests.factories import make_member, make_tenant
+from tests.live import Live
 from threads.runtime.lifecycle import thread_open
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,7 +69,7 @@ def test_log_in_with_the_login_form(page: Any, team: Team, settings: Settings) -
 
 
 def test_create_a_thread_and_see_the_streamed_answer_and_tool_call_live(
-    page: Any, served: Served, team: Team
+    page: Any, served: Live, team: Team
 ) -> None:
     log_in(page, served, team.member)
     page.goto("/console/threads/new/")
@@ -97,7 +98,7 @@ def test_create_a_thread_and_see_the_streamed_answer_and_tool_call_live(
     assert page.locator("#turns-list li[data-status=completed]").count() == 2
 
 
-def test_stop_a_slow_turn_and_cancel_a_queued_one(page: Any, served: Served, team: Team) -> None:
+def test_stop_a_slow_turn_and_cancel_a_queued_one(page: Any, served: Live, team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     log_in(page, served, team.member)
     _thread_page(page, thread.pk)
@@ -117,7 +118,7 @@ def test_stop_a_slow_turn_and_cancel_a_queued_one(page: Any, served: Served, tea
     assert page.locator(".message.role-assistant", has_text="done slowly").count() == 0
 
 
-def test_approve_a_pending_action(page: Any, served: Served, team: Team) -> None:
+def test_approve_a_pending_action(page: Any, served: Live, team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CAREFUL)
     log_in(page, served, team.member)
     _thread_page(page, thread.pk)
@@ -133,7 +134,7 @@ def test_approve_a_pending_action(page: Any, served: Served, team: Team) -> None
     assert page.locator("details.tool-call").get_attribute("data-status") == "succeeded"
 
 
-def test_another_tenants_thread_url_is_404(page: Any, served: Served, team: Team) -> None:
+def test_another_tenants_thread_url_is_404(page: Any, served: Live, team: Team) -> None:
     theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
     log_in(page, served, team.admin)
 
@@ -145,7 +146,7 @@ def test_another_tenants_thread_url_is_404(page: Any, served: Served, team: Team
 
 
 def test_read_only_member_sees_no_write_controls_and_a_forged_post_is_refused(
-    page: Any, served: Served, team: Team
+    page: Any, served: Live, team: Team
 ) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     log_in(page, served, team.reader)
@@ -167,7 +168,7 @@ def test_read_only_member_sees_no_write_controls_and_a_forged_post_is_refused(
 
 
 def test_pages_have_titles_landmarks_and_labelled_controls(
-    page: Any, served: Served, team: Team
+    page: Any, served: Live, team: Team
 ) -> None:
     second = agents_for(make_tenant())
     user = make_member(second, role=Role.MEMBER)
@@ -189,7 +190,7 @@ def test_pages_have_titles_landmarks_and_labelled_controls(
     _assert_accessible(page)
 
 
-def test_chat_works_with_the_keyboard_alone(page: Any, served: Served, team: Team) -> None:
+def test_chat_works_with_the_keyboard_alone(page: Any, served: Live, team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     log_in(page, served, team.member)
     _thread_page(page, thread.pk)
