@@ -9,8 +9,6 @@ from asgiref.testing import ApplicationCommunicator
 
 from config.asgi import PooledASGIHandler, _RequestThread
 
-pytestmark = pytest.mark.asyncio
-
 
 async def _get(handler: PooledASGIHandler, path: str) -> int:
     scope = {
@@ -27,6 +25,7 @@ async def _get(handler: PooledASGIHandler, path: str) -> int:
     return int(start["status"])
 
 
+@pytest.mark.asyncio
 async def test_requests_one_after_another_reuse_one_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
