@@ -32,8 +32,7 @@ from agents.documents import (
 from agents.permissions import DECISIONS
 from agents.registry.entries import HookName
 from agents.validation import Kind
-
-US_SINCE_EPOCH = "µs since the Unix epoch"
+from common.schema import US_SINCE_EPOCH
 
 # Definitions ------------------------------------------------------------------------------
 

@@ -41,6 +41,8 @@ CURSOR = "cursor"
 
 LIMIT_HELP = f"items per page, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})"
 CURSOR_HELP = "where the page starts: the `cursor` of a list's `next` or `previous` URL"
+NEXT_HELP = "the next page, or null on the last"
+PREVIOUS_HELP = "the previous page, or null on the first"
 PAGE_PARAMETERS = [
     OpenApiParameter(LIMIT, int, OpenApiParameter.QUERY, description=LIMIT_HELP),
     OpenApiParameter(CURSOR, str, OpenApiParameter.QUERY, description=CURSOR_HELP),
@@ -141,8 +143,8 @@ def page_schema(items: dict[str, Any]) -> dict[str, Any]:
         "required": ["results", "next", "previous"],
         "properties": {
             "results": items,
-            "next": {**link, "description": "the next page, or null on the last"},
-            "previous": {**link, "description": "the previous page, or null on the first"},
+            "next": {**link, "description": NEXT_HELP},
+            "previous": {**link, "description": PREVIOUS_HELP},
         },
     }
 

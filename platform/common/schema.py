@@ -29,7 +29,12 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 
+from common.pagination import NEXT_HELP, PREVIOUS_HELP
+
 API_PREFIX = "/api/v1/"
+
+# Every `…_at` field of an answer is an integer of microseconds (docs/api.md#lists).
+US_SINCE_EPOCH = "µs since the Unix epoch"
 
 # The tag of an operation is the resource it acts on: the first segment of its path, or
 # for a thread's parts the segment after the thread, renamed here where several segments
@@ -99,11 +104,16 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
 THREAD_SCOPED = "/api/v1/threads/{thread_id}/"
 
 
-class PageSerializer(serializers.Serializer[Any]):
-    next = serializers.URLField(allow_null=True, help_text="the next page, or null on the last")
-    previous = serializers.URLField(
-        allow_null=True, help_text="the previous page, or null on the first"
+def microseconds(help_text: str, **kwargs: Any) -> serializers.IntegerField:
+    """A timestamp field: an integer, microseconds since the Unix epoch."""
+    return serializers.IntegerField(
+        help_text=f"{help_text} (microseconds since the Unix epoch)", **kwargs
     )
+
+
+class PageSerializer(serializers.Serializer[Any]):
+    next = serializers.URLField(allow_null=True, help_text=NEXT_HELP)
+    previous = serializers.URLField(allow_null=True, help_text=PREVIOUS_HELP)
 
 
 @cache

@@ -13,12 +13,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.schema import US_SINCE_EPOCH
 from common.time import from_us, to_us
 from tenancy.models import ApiKey, Role
 from tenancy.services import api_key_create, api_key_revoke, ws_ticket_issue
 from tenancy.viewsets import TenantScopedViewSet, request_principal
-
-US_SINCE_EPOCH = "µs since the Unix epoch"
 
 
 @extend_schema_field(OpenApiTypes.INT64)

@@ -14,9 +14,8 @@ from rest_framework.response import Response
 
 from common.errors import Conflict
 from common.pagination import PAGE_PARAMETERS, paginate_page
-from common.schema import error_responses, page_of
+from common.schema import error_responses, microseconds, page_of
 from threads.api.base import ThreadScopedView
-from threads.api.run_outputs import microseconds
 from threads.models import EffectStatus
 from threads.services.effects import (
     effect_cancel,

@@ -17,13 +17,12 @@ from rest_framework.response import Response
 
 from common.errors import NotFound
 from common.pagination import PAGE_PARAMETERS, paginate
-from common.schema import error_response, page_of
+from common.schema import error_response, microseconds, page_of
 from threads.api.base import IDEMPOTENCY_KEY, WORK_REFUSED, ThreadScopedView, idempotent
 from threads.api.run_outputs import (
     MessageSerializer,
     QueuedMessageSerializer,
     TurnSerializer,
-    microseconds,
 )
 from threads.models import MessageRole, Turn, TurnKind
 from threads.services.attachments import MAX_ATTACHMENTS, attachments_store

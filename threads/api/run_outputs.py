@@ -9,6 +9,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from common.schema import microseconds
 from threads.models import (
     ActionKind,
     ActionStatus,
@@ -22,13 +23,6 @@ from threads.models import (
 from threads.services.inbox import QUEUEABLE_ROLES
 
 SIDES = ("a", "b")
-
-
-def microseconds(help_text: str, **kwargs: Any) -> serializers.IntegerField:
-    """A timestamp field: an integer, microseconds since the Unix epoch."""
-    return serializers.IntegerField(
-        help_text=f"{help_text} (microseconds since the Unix epoch)", **kwargs
-    )
 
 
 class MessageSerializer(serializers.Serializer[Any]):

@@ -15,11 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import ValidationFailed
+from common.schema import US_SINCE_EPOCH
 from tenancy.viewsets import TenantScopedViewSet
 from threads.models import Schedule, ScheduleAction
 from threads.runtime.schedules import schedule_json, schedule_pause, schedule_save
 
-US_SINCE_EPOCH = "µs since the Unix epoch"
 TURN_ROLES = ["user", "assistant", "system"]
 
 

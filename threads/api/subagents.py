@@ -13,9 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.pagination import PAGE_PARAMETERS, paginate
-from common.schema import error_responses, page_of
+from common.schema import error_responses, microseconds, page_of
 from threads.api.base import ThreadScopedView
-from threads.api.run_outputs import VariableRequestSerializer, microseconds
+from threads.api.run_outputs import VariableRequestSerializer
 from threads.models import RunStatus, SubagentLink
 from threads.runtime.bootstrap import variable_request_complete, variable_request_get
 from threads.services.subagents import link_json

@@ -9,12 +9,12 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.schema import microseconds
 from tenancy.viewsets import TenantScopedViewSet
 from threads.api.run_outputs import (
     ActionSerializer,
     TurnSerializer,
     VariableRequestSerializer,
-    microseconds,
 )
 from threads.events import session_id_of
 from threads.models import EnvType, RunStatus, Thread

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from common.errors import ValidationFailed
 from common.pagination import PAGE_PARAMETERS
-from common.schema import page_of
+from common.schema import US_SINCE_EPOCH, page_of
 from tenancy.models import Role
 from tenancy.viewsets import TenantScopedViewSet
 from threads.events.webhooks import WEBHOOK_EVENTS
@@ -28,7 +28,6 @@ from threads.services.webhooks import (
     secret_rotate,
 )
 
-US_SINCE_EPOCH = "µs since the Unix epoch"
 EVENT_TYPES = sorted(str(kind) for kind in WEBHOOK_EVENTS)
 
 
