@@ -1,35 +1,30 @@
-"""Console pages. Each reads and writes through the services the API uses, scoped to the
-membership :func:`console.scope.console_view` resolved: the same validation, the same
-events, another tenant's thread a 404.
-
-A write answers JSON to the page's script (``Accept: application/json``): ``{"ok": true,
-…}``, or ``{"error": {code, message, field?}}`` with the API's status; a plain form post
-(no script) is redirected back to the thread, its error shown as a message.
-"""
+"""The console's tenant switcher, thread list, new-thread form and thread page with its
+writes. Each reads and writes through the services the API uses, scoped to the membership
+:func:`console.scope.console_view` resolved: the same validation, the same events, another
+tenant's thread a 404. Writes answer as :func:`console.views.common.answer` says."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
+from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents.graph import GraphVariable, agent_graph_variables
 from agents.selectors import agent_names
-from common.api import error_body
 from common.errors import DomainError, NotFound, ValidationFailed
 from common.time import from_us
 from console.forms import MessageForm, ThreadFilterForm, ThreadNewForm
 from console.scope import SESSION_TENANT, Console, console_of, console_view
+from console.views.common import answer, page, tenant_thread, thread_page
 from tenancy.models import Tenant
 from tenancy.selectors import membership_list
 from tenancy.services import ws_ticket_issue
@@ -39,46 +34,10 @@ from threads.services.actions import action_respond
 from threads.services.control import thread_stop, turn_cancel
 from threads.services.env import EnvInput
 from threads.services.inbox import message_queue
-from threads.services.threads import thread_get, thread_list
+from threads.services.threads import thread_list
 from threads.services.turns import read_status, turn_get
 
 THREADS_PER_PAGE = 50
-
-
-def _page(
-    request: HttpRequest, template: str, context: Mapping[str, Any], status: int = 200
-) -> HttpResponse:
-    return render(request, template, {"console": console_of(request), **context}, status=status)
-
-
-def _thread(tenant: Tenant, thread_id: uuid.UUID) -> Thread:
-    """The tenant's thread; another tenant's is a 404, as in the API."""
-    try:
-        return thread_get(tenant=tenant, thread_id=thread_id)
-    except NotFound as error:
-        raise Http404(error.message) from error
-
-
-def _wants_json(request: HttpRequest) -> bool:
-    return "application/json" in request.headers.get("Accept", "")
-
-
-def _answer(
-    request: HttpRequest, thread: Thread, write: Callable[[], dict[str, Any]]
-) -> HttpResponse:
-    """Run ``write``; answer JSON to a script, else redirect back to the thread."""
-    try:
-        body = write()
-    except DomainError as error:
-        if _wants_json(request):
-            return JsonResponse(
-                error_body(error.code, error.message, error.field), status=error.status
-            )
-        messages.error(request, error.message)
-    else:
-        if _wants_json(request):
-            return JsonResponse({"ok": True, **body})
-    return redirect("console:thread", thread_id=thread.pk)
 
 
 # Tenants -------------------------------------------------------------------------------------
@@ -120,14 +79,14 @@ def threads_page(request: HttpRequest) -> HttpResponse:
             tenant=tenant, agent=data["agent"] or None, status=data["status"] or None,
             search=data["q"] or None,
         )  # fmt: skip
-    page = Paginator(rows, THREADS_PER_PAGE).get_page(request.GET.get("page"))
+    listing = Paginator(rows, THREADS_PER_PAGE).get_page(request.GET.get("page"))
     threads = [
         {"thread": row, "status": read_status(row), "last_activity": from_us(row.updated_at)}
-        for row in page
+        for row in listing
     ]
-    return _page(
+    return page(
         request, "console/thread_list.html",
-        {"filters": filters, "threads": threads, "page": page},
+        {"filters": filters, "threads": threads, "page": listing},
     )  # fmt: skip
 
 
@@ -166,7 +125,7 @@ def thread_new(request: HttpRequest) -> HttpResponse:
             form.add_domain_error(error)
         else:
             return redirect("console:thread", thread_id=thread.pk)
-    return _page(request, "console/thread_new.html", {"form": form, "agent": agent})
+    return page(request, "console/thread_new.html", {"form": form, "agent": agent})
 
 
 @require_GET
@@ -174,7 +133,7 @@ def thread_new(request: HttpRequest) -> HttpResponse:
 def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """The thread: its chat (live over the thread's socket), turns and pending actions."""
     console = console_of(request)
-    thread = _thread(console.principal.tenant, thread_id)
+    thread = tenant_thread(console.principal.tenant, thread_id)
     urls = {
         "messages": reverse("console:message-send", args=[thread.pk]),
         "stop": reverse("console:thread-stop", args=[thread.pk]),
@@ -183,10 +142,9 @@ def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         "cancel": reverse("console:turn-cancel", args=[thread.pk, uuid.UUID(int=0)]),
         "action": reverse("console:action-respond", args=[thread.pk, uuid.UUID(int=0)]),
     }
-    return _page(
-        request, "console/thread_detail.html",
-        {"thread": thread, "status": read_status(thread), "urls": urls,
-         "form": MessageForm(), "can_write": console.can_write},
+    return thread_page(
+        request, "console/thread_detail.html", thread, "console:thread",
+        {"urls": urls, "form": MessageForm(), "can_write": console.can_write},
     )  # fmt: skip
 
 
@@ -197,7 +155,7 @@ def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
 @console_view(write=True)
 def message_send(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """Submit a message as a turn (``POST …/turns``), with its ``multitask_strategy``."""
-    thread = _thread(console_of(request).principal.tenant, thread_id)
+    thread = tenant_thread(console_of(request).principal.tenant, thread_id)
     form = MessageForm(request.POST)
 
     def send() -> dict[str, Any]:
@@ -210,20 +168,20 @@ def message_send(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         )  # fmt: skip
         return {"turn_id": str(turn.pk)}
 
-    return _answer(request, thread, send)
+    return answer(request, reverse("console:thread", args=[thread.pk]), send)
 
 
 @require_POST
 @console_view(write=True)
 def thread_stop_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """Stop the running turn (``POST …/stop``)."""
-    thread = _thread(console_of(request).principal.tenant, thread_id)
+    thread = tenant_thread(console_of(request).principal.tenant, thread_id)
 
     def stop() -> dict[str, Any]:
         stopped = thread_stop(thread=thread).stopped_turn
         return {"stopped_turn_id": str(stopped.pk) if stopped is not None else None}
 
-    return _answer(request, thread, stop)
+    return answer(request, reverse("console:thread", args=[thread.pk]), stop)
 
 
 @require_POST
@@ -233,7 +191,7 @@ def turn_cancel_view(
 ) -> HttpResponse:
     """Cancel one turn, queued or running (``POST /turns/{id}/cancel``)."""
     tenant = console_of(request).principal.tenant
-    thread = _thread(tenant, thread_id)
+    thread = tenant_thread(tenant, thread_id)
 
     def cancel() -> dict[str, Any]:
         turn = turn_get(tenant=tenant, turn_id=turn_id)
@@ -241,7 +199,7 @@ def turn_cancel_view(
             raise NotFound(f"no turn {turn_id} on this thread")
         return {"turn_id": str(turn_cancel(thread=thread, turn=turn).pk)}
 
-    return _answer(request, thread, cancel)
+    return answer(request, reverse("console:thread", args=[thread.pk]), cancel)
 
 
 @require_POST
@@ -252,7 +210,7 @@ def action_respond_view(
     """Approve or deny a pending approval, answer (``data``, JSON) or deny an input request
     (``POST …/actions/{id}``)."""
     console = console_of(request)
-    thread = _thread(console.principal.tenant, thread_id)
+    thread = tenant_thread(console.principal.tenant, thread_id)
     body: dict[str, Any] = {"decision": request.POST.get("decision", "")}
     if request.POST.get("reason"):
         body["reason"] = request.POST["reason"]
@@ -268,7 +226,7 @@ def action_respond_view(
         action = action_respond(thread=thread, action_id=action_id, body=body, responder=responder)
         return {"action_id": str(action.pk), "status": action.status}
 
-    return _answer(request, thread, respond)
+    return answer(request, reverse("console:thread", args=[thread.pk]), respond)
 
 
 @require_POST
@@ -277,6 +235,21 @@ def ws_ticket(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """A one-time ticket for the thread's socket, standing for this membership (a browser
     cannot send ``X-Tenant`` on a socket). Any role may follow a thread."""
     console: Console = console_of(request)
-    thread = _thread(console.principal.tenant, thread_id)
+    thread = tenant_thread(console.principal.tenant, thread_id)
     issued = ws_ticket_issue(principal=console.principal)
     return JsonResponse({"ticket": issued.ticket, "thread_id": str(thread.pk)})
+
+
+THREAD = "threads/<uuid:thread_id>/"
+
+urlpatterns = [
+    path("tenant/", tenant_choose, name="tenant-choose"),
+    path("", threads_page, name="threads"),
+    path("threads/new/", thread_new, name="thread-new"),
+    path(THREAD, thread_detail, name="thread"),
+    path(THREAD + "messages/", message_send, name="message-send"),
+    path(THREAD + "stop/", thread_stop_view, name="thread-stop"),
+    path(THREAD + "turns/<uuid:turn_id>/cancel/", turn_cancel_view, name="turn-cancel"),
+    path(THREAD + "actions/<uuid:action_id>/", action_respond_view, name="action-respond"),
+    path(THREAD + "ws-ticket/", ws_ticket, name="ws-ticket"),
+]
