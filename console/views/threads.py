@@ -22,13 +22,14 @@ from agents.graph import GraphVariable, agent_graph_variables
 from agents.selectors import agent_names
 from common.errors import DomainError, NotFound, ValidationFailed
 from common.time import from_us
-from console.forms import MessageForm, ThreadFilterForm, ThreadNewForm
+from console.forms import ENV_PREFIX, MessageForm, ThreadFilterForm, ThreadNewForm
 from console.scope import SESSION_TENANT, Console, console_of, console_view
 from console.views.common import answer, page, tenant_thread, thread_page
 from tenancy.models import Tenant
 from tenancy.selectors import membership_list
 from tenancy.services import ws_ticket_issue
 from threads.models import Thread, TurnSource
+from threads.runtime.bootstrap import variable_request_complete
 from threads.runtime.lifecycle import thread_open
 from threads.services.actions import action_respond
 from threads.services.control import thread_stop, turn_cancel
@@ -36,6 +37,7 @@ from threads.services.env import EnvInput
 from threads.services.inbox import message_queue
 from threads.services.threads import thread_list
 from threads.services.turns import read_status, turn_get
+from threads.services.variable_requests import pending_variable_requests
 
 THREADS_PER_PAGE = 50
 
@@ -141,10 +143,12 @@ def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         "socket": f"/ws/threads/{thread.pk}/",
         "cancel": reverse("console:turn-cancel", args=[thread.pk, uuid.UUID(int=0)]),
         "action": reverse("console:action-respond", args=[thread.pk, uuid.UUID(int=0)]),
+        "variables": reverse("console:variable-requests", args=[thread.pk]),
     }
     return thread_page(
         request, "console/thread_detail.html", thread, "console:thread",
-        {"urls": urls, "form": MessageForm(), "can_write": console.can_write},
+        {"urls": urls, "form": MessageForm(), "can_write": console.can_write,
+         "variable_requests": _variable_requests(thread)},
     )  # fmt: skip
 
 
@@ -229,6 +233,66 @@ def action_respond_view(
     return answer(request, reverse("console:thread", args=[thread.pk]), respond)
 
 
+# Variable-bootstrap requests ------------------------------------------------------------------
+
+
+def _variable_requests(thread: Thread) -> list[dict[str, Any]]:
+    """The thread's open variable-bootstrap requests, each missing name with its type
+    (``secret`` ones are asked for masked)."""
+    requests = pending_variable_requests(thread=thread)
+    for request in requests:
+        declared = {
+            variable.name: variable
+            for variable in agent_graph_variables(
+                tenant=thread.tenant, agent_name=request["agent_name"]
+            )
+        }
+        request["fields"] = [
+            {"name": name, "field": ENV_PREFIX + name,
+             "secret": name not in declared or declared[name].type == "secret",
+             "declared_in": declared[name].declared_in if name in declared else ""}
+            for name in request["missing"]
+        ]  # fmt: skip
+    return requests
+
+
+@require_GET
+@console_view()
+def variable_requests_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    """The thread's open variable-bootstrap requests, as the thread page's fragment (the page
+    fetches it again when a tool fails or a turn ends)."""
+    console = console_of(request)
+    thread = tenant_thread(console.principal.tenant, thread_id)
+    return render(
+        request, "console/_variable_requests.html",
+        {"thread": thread, "variable_requests": _variable_requests(thread),
+         "can_write": console.can_write},
+    )  # fmt: skip
+
+
+@require_POST
+@console_view(write=True)
+def variable_request_complete_view(
+    request: HttpRequest, thread_id: uuid.UUID, request_id: uuid.UUID
+) -> HttpResponse:
+    """Give a deferred subagent the variables it requires (``POST …/variables/{id}``): the
+    child is created and starts. Empty fields are left out, so the refusal names the first
+    one still missing (``env.NAME``)."""
+    thread = tenant_thread(console_of(request).principal.tenant, thread_id)
+    env = {
+        name[len(ENV_PREFIX) :]: value
+        for name, value in request.POST.items()
+        if name.startswith(ENV_PREFIX) and value.strip()
+    }
+
+    def complete() -> dict[str, Any]:
+        done = variable_request_complete(thread=thread, request_id=request_id, env=env)
+        child = done["child_thread_id"]
+        return {**done, "child_url": reverse("console:thread", args=[child])}
+
+    return answer(request, reverse("console:thread", args=[thread.pk]), complete)
+
+
 @require_POST
 @console_view(write=False)
 def ws_ticket(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
@@ -252,4 +316,10 @@ urlpatterns = [
     path(THREAD + "turns/<uuid:turn_id>/cancel/", turn_cancel_view, name="turn-cancel"),
     path(THREAD + "actions/<uuid:action_id>/", action_respond_view, name="action-respond"),
     path(THREAD + "ws-ticket/", ws_ticket, name="ws-ticket"),
+    path(THREAD + "variables/", variable_requests_view, name="variable-requests"),
+    path(
+        THREAD + "variables/<uuid:request_id>/",
+        variable_request_complete_view,
+        name="variable-request-complete",
+    ),
 ]

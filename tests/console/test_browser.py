@@ -134,6 +134,47 @@ def test_approve_a_pending_action(page: Any, served: Live, team: Team) -> None:
     assert page.locator("details.tool-call").get_attribute("data-status") == "succeeded"
 
 
+def test_deny_a_pending_action(page: Any, served: Live, team: Team) -> None:
+    thread = thread_open(tenant=team.tenant, agent_name=CAREFUL)
+    log_in(page, served, team.member)
+    _thread_page(page, thread.pk)
+
+    _send(page, "what time is it?")
+    action = page.locator("#pending-actions li.action")
+    action.get_by_role("button", name="Deny current_time").click()
+
+    call = page.locator("details.tool-call[data-tool=current_time]")
+    page.wait_for_function(
+        "() => document.querySelector('details.tool-call').dataset.status === 'failed'"
+    )
+    page.locator("#turns-list li[data-status=completed]").wait_for()
+    assert page.locator("#pending-actions li").count() == 0
+    assert "denied" in (call.locator(".result").text_content() or "").lower()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kept"), [("interrupt", True), ("rollback", False)], ids=["interrupt", "rollback"]
+)
+def test_double_texting_interrupt_keeps_and_rollback_removes_the_running_turns_input(
+    page: Any, served: Live, team: Team, strategy: str, kept: bool
+) -> None:
+    thread = thread_open(tenant=team.tenant, agent_name=CHAT)
+    log_in(page, served, team.member)
+    _thread_page(page, thread.pk)
+
+    _send(page, "be slow")
+    page.locator("#turns-list li[data-status=running]").wait_for()
+    page.get_by_label("If a turn is running").select_option(strategy)
+    _send(page, "me next")
+
+    page.locator(".message.role-assistant .content", has_text="You said: me next").wait_for()
+    page.locator("#turns-list li[data-status=completed]").wait_for()
+    first = page.locator("#turns-list li").first
+    assert first.get_attribute("data-status") == "cancelled"
+    assert (page.locator(".message.role-user", has_text="be slow").count() == 1) is kept
+    assert page.locator(".message.role-assistant", has_text="done slowly").count() == 0
+
+
 def test_another_tenants_thread_url_is_404(page: Any, served: Live, team: Team) -> None:
     theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
     log_in(page, served, team.admin)

@@ -39,6 +39,7 @@ def _write_urls(thread: Thread) -> list[str]:
         reverse("console:thread-stop", args=[thread.pk]),
         reverse("console:turn-cancel", args=[thread.pk, zero]),
         reverse("console:action-respond", args=[thread.pk, zero]),
+        reverse("console:variable-request-complete", args=[thread.pk, zero]),
         reverse("console:thread-new"),
     ]
 
@@ -75,6 +76,7 @@ def test_every_console_thread_route_is_covered() -> None:
     assert names == {
         "console:thread", "console:message-send", "console:thread-stop",
         "console:turn-cancel", "console:action-respond", "console:ws-ticket",
+        "console:variable-requests", "console:variable-request-complete",
     }  # fmt: skip
 
 

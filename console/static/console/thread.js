@@ -170,6 +170,7 @@
 
   function turnEnded(payload) {
     updateTurn({ id: payload.turn_id, status: payload.status, outcome: payload.reason });
+    variablesChanged();
   }
 
   // Actions ------------------------------------------------------------------------------
@@ -215,6 +216,74 @@
     noActions.hidden = actionsList.children.length > 0;
   }
 
+  // Variable-bootstrap requests: server-rendered forms (refetched when a tool fails or a turn
+  // ends, which is when a deferred subagent's request appears); submitting one starts the
+  // subagent, and its item then links to the child's page.
+
+  const variablesList = document.getElementById("variable-requests");
+  const noVariables = document.getElementById("no-variable-requests");
+  let variablesTimer = null;
+
+  function variablesShown() {
+    noVariables.hidden = variablesList.children.length > 0;
+  }
+
+  function variablesError(form, result) {
+    const error = (result.body && result.body.error) || {};
+    const shown = form.querySelector(".error");
+    shown.hidden = false;
+    shown.textContent = Console.errorText(result);
+    for (const input of form.querySelectorAll("input[aria-invalid]")) input.removeAttribute("aria-invalid");
+    const field = (error.field || "").startsWith("env.") ? "env_" + error.field.slice(4) : "";
+    const input = field ? form.querySelector("input[name='" + CSS.escape(field) + "']") : null;
+    if (input) {
+      input.setAttribute("aria-invalid", "true");
+      document.getElementById(input.getAttribute("aria-describedby")).textContent = Console.errorText(result);
+      input.focus();
+    }
+  }
+
+  function bindVariables(form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const result = await Console.post(form.action, new FormData(form));
+      if (!result.ok) {
+        variablesError(form, result);
+        return;
+      }
+      const item = form.closest("li");
+      item.dataset.started = "true";
+      form.replaceWith(el("p", { className: "started", role: "status" }, "Started: ",
+        el("a", { href: result.body.child_url, text: "the subagent's thread" })));
+    });
+  }
+
+  async function refreshVariables() {
+    const response = await fetch(urls.variables, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const holder = document.createElement("ul");
+    holder.innerHTML = await response.text(); // the console's own template, escaped
+    const open = new Set();
+    for (const item of [...holder.children]) {
+      open.add(item.id);
+      if (document.getElementById(item.id)) continue; // keep a form being filled in
+      variablesList.append(item);
+      const form = item.querySelector("form");
+      if (form) bindVariables(form);
+    }
+    for (const item of [...variablesList.children]) {
+      if (!open.has(item.id) && !item.dataset.started) item.remove();
+    }
+    variablesShown();
+  }
+
+  function variablesChanged() {
+    clearTimeout(variablesTimer);
+    variablesTimer = setTimeout(refreshVariables, 200);
+  }
+
+  for (const form of variablesList.querySelectorAll("form")) bindVariables(form);
+
   // Events -------------------------------------------------------------------------------
 
   const handlers = {
@@ -227,7 +296,10 @@
     "model.delta": (e) => appendDelta(e.payload),
     "tool.started": (e) => toolStatus(e.payload, "running"),
     "tool.result": (e) => toolStatus(e.payload, "succeeded"),
-    "tool.failed": (e) => toolStatus(e.payload, "failed"),
+    "tool.failed": (e) => {
+      toolStatus(e.payload, "failed");
+      variablesChanged();
+    },
     "thread.status": (e) => setStatus(e.payload.status),
     "thread.updated": (e) => {
       if (e.payload.agent) document.getElementById("thread-agent").textContent = e.payload.agent;
@@ -277,6 +349,10 @@
       if (close.code === 4410) {
         closedForGood = true;
         connection.textContent = "The thread is terminated.";
+        for (const id of ["compose", "stop"]) {
+          const form = document.getElementById(id);
+          if (form) form.hidden = true; // a terminated thread takes no more turns
+        }
         return;
       }
       if (close.code === 4404 || close.code === 4401) {
