@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import threads
+from console.views import agents, observe, playground, storage, threads, usage
 
 app_name = "console"
 
@@ -20,4 +20,9 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),
     *threads.urlpatterns,
+    *storage.urlpatterns,
+    *observe.urlpatterns,
+    *agents.urlpatterns,
+    *playground.urlpatterns,
+    *usage.urlpatterns,
 ]

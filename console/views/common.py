@@ -66,6 +66,14 @@ def answer(request: HttpRequest, back: str, write: Callable[[], dict[str, Any]])
 # Each takes the thread's id as its one argument.
 THREAD_PANELS: list[tuple[str, str]] = [
     ("console:thread", "Chat"),
+    ("console:thread-files", "Files"),
+    ("console:thread-kv", "KV"),
+    ("console:thread-env", "Env"),
+    ("console:thread-logs", "Logs"),
+    ("console:thread-events", "Events"),
+    ("console:thread-effects", "Effects"),
+    ("console:thread-subagents", "Subagents"),
+    ("console:thread-code", "Run code"),
 ]
 
 

@@ -88,7 +88,7 @@ def threads_page(request: HttpRequest) -> HttpResponse:
     ]
     return page(
         request, "console/thread_list.html",
-        {"filters": filters, "threads": threads, "page": listing},
+        {"filters": filters, "threads": threads, "page": listing, "nav": "threads"},
     )  # fmt: skip
 
 
@@ -127,7 +127,7 @@ def thread_new(request: HttpRequest) -> HttpResponse:
             form.add_domain_error(error)
         else:
             return redirect("console:thread", thread_id=thread.pk)
-    return page(request, "console/thread_new.html", {"form": form, "agent": agent})
+    return page(request, "console/thread_new.html", {"form": form, "agent": agent, "nav": "new"})
 
 
 @require_GET
@@ -281,8 +281,8 @@ def variable_request_complete_view(
     thread = tenant_thread(console_of(request).principal.tenant, thread_id)
     env = {
         name[len(ENV_PREFIX) :]: value
-        for name, value in request.POST.items()
-        if name.startswith(ENV_PREFIX) and value.strip()
+        for name in request.POST
+        if name.startswith(ENV_PREFIX) and (value := request.POST.get(name, "")).strip()
     }
 
     def complete() -> dict[str, Any]:

@@ -77,6 +77,13 @@ def test_every_console_thread_route_is_covered() -> None:
         "console:thread", "console:message-send", "console:thread-stop",
         "console:turn-cancel", "console:action-respond", "console:ws-ticket",
         "console:variable-requests", "console:variable-request-complete",
+        "console:thread-files", "console:thread-file-download", "console:thread-file-thumbnail",
+        "console:thread-file-upload", "console:thread-file-mkdir", "console:thread-file-delete",
+        "console:thread-kv", "console:thread-kv-set", "console:thread-kv-delete",
+        "console:thread-env", "console:thread-env-set", "console:thread-env-delete",
+        "console:thread-logs", "console:thread-events", "console:thread-effects",
+        "console:effect-cancel", "console:schedule-pause", "console:schedule-resume",
+        "console:thread-subagents", "console:thread-code", "console:thread-code-run",
     }  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from tests.factories import make_api_key
 from tests.support import current_database_url
 from threads.api import code as code_api
 from threads.models import Log, Thread
+from threads.services import code as code_service
 from threads.services.code import (
     RUN_CODE_LEASE,
     RunnerSlots,
@@ -262,7 +263,7 @@ def test_a_call_whose_code_cannot_start_gives_its_lease_back(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("no sandbox today")
 
-    monkeypatch.setattr(code_api, "code_run", broken)
+    monkeypatch.setattr(code_service, "code_run", broken)
 
     with pytest.raises(RuntimeError, match="no sandbox today"):
         _run(member, thread, {"source": "export default 1"})
@@ -276,7 +277,7 @@ def test_a_call_that_finds_every_runner_busy_is_a_503_after_the_wait(
 ) -> None:
     busy = RunnerSlots(1)
     assert asyncio.run(busy.take(timeout=0))
-    monkeypatch.setattr(code_api, "code_slots", lambda: busy)
+    monkeypatch.setattr(code_service, "code_slots", lambda: busy)
     started = time.monotonic()
 
     response = _run(member, thread, {"source": "export default 1"})

@@ -21,8 +21,6 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
-from django.db import connection
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import path
 from drf_spectacular.utils import extend_schema
@@ -30,22 +28,19 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents.providers.base import AbortSignal
 from common.api import domain_error_response
+from common.connections import connection_returned
 from common.errors import DomainError
 from common.schema import error_response
 from sandbox.protocol import STATUSES
 from threads.api.base import ThreadScopedView
 from threads.models import Thread
-from threads.services import logs
 from threads.services.code import (
     ENDPOINT_BUDGET_S,
+    code_endpoint_log,
+    code_endpoint_run,
     code_lease_acquire,
-    code_result_json,
-    code_run,
-    code_runner_take,
-    code_settle_async,
-    code_slots,
+    code_lease_release_abandoned,
 )
 from threads.services.leases import Lease
 
@@ -184,86 +179,27 @@ def _served(view_class: type[RunCodeView]) -> AsyncView:
     checks = view_class.as_view()
 
     async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        checked = asyncio.ensure_future(_connection_returned(checks)(request, *args, **kwargs))
+        checked = asyncio.ensure_future(connection_returned(checks)(request, *args, **kwargs))
         try:
             response = await asyncio.shield(checked)
         except asyncio.CancelledError:  # the client left while the checks ran
-            checked.add_done_callback(_release_abandoned)
+            checked.add_done_callback(code_lease_release_abandoned)
             raise
         if not isinstance(response, _Admitted):
             return response
         try:
-            body = await _execute(response)
+            body = await code_endpoint_run(
+                source=response.source, options=response.options, lease=response.lease,
+                budget_s=ENDPOINT_BUDGET_S,
+            )  # fmt: skip
         except DomainError as error:
             return domain_error_response(error)
-        await _connection_returned(_log)(thread=response.thread, body=body)
+        await connection_returned(code_endpoint_log)(thread=response.thread, body=body)
         response.data = body
         return response
 
     functools.update_wrapper(view, checks)
     return view
-
-
-async def _execute(admitted: _Admitted) -> dict[str, Any]:
-    """Run the admitted call on a free runner of this process within the endpoint budget
-    and answer its result in the spec's JSON shape. Preparing the code and encoding its
-    result (CPU work that grows with their size) run on a worker thread, off the event loop.
-
-    The runner slot and the tenant's lease are given back however it ends; a cancelled call
-    (the client left) terminates its execution, also one whose start was under way."""
-    abort = AbortSignal()
-    slots = code_slots()
-    try:
-        await code_runner_take(slots)
-        try:
-            start = sync_to_async(code_run, thread_sensitive=False)
-            execution = await start(admitted.source, admitted.options, abort=abort)
-            result = await code_settle_async(execution, budget_s=ENDPOINT_BUDGET_S)
-        finally:
-            slots.release()
-        return await sync_to_async(code_result_json, thread_sensitive=False)(result)
-    except asyncio.CancelledError:
-        abort.set()
-        raise
-    finally:
-        await sync_to_async(admitted.lease.release, thread_sensitive=False)()
-
-
-def _release_abandoned(checked: asyncio.Future[Response]) -> None:
-    """A call admitted after its client left gives its lease back (it never runs)."""
-    if checked.cancelled() or checked.exception() is not None:
-        return
-    response = checked.result()
-    if isinstance(response, _Admitted):
-        asyncio.get_running_loop().run_in_executor(None, response.lease.release)
-
-
-def _log(*, thread: Thread, body: dict[str, Any]) -> None:
-    """The call's ``code`` log row, from what the caller was answered."""
-    error = body["error"]
-    logs.log_create(
-        thread=thread,
-        kind="code",
-        data={"status": body["status"], "duration_ms": body["durationMs"],
-              "error": f"{error['name']}: {error['message']}" if error else None,
-              "logs": len(body["logs"]), "reports": len(body["reports"])},
-    )  # fmt: skip
-
-
-def _connection_returned(function: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """``function`` as a short sync step (on the request's thread, as Django runs sync
-    views), after which the thread's database connection goes back to the pool instead of
-    staying open for the rest of the request. A connection inside a transaction (a test's)
-    is left open: closing it would break that transaction."""
-
-    def step(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return function(*args, **kwargs)
-        finally:
-            if not connection.in_atomic_block:
-                connection.close()
-
-    return sync_to_async(step)
 
 
 urlpatterns = [path("run-code", _served(RunCodeView), name="thread-run-code")]

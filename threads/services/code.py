@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from uuid import UUID
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agents.documents import CodeToolDoc
@@ -40,7 +41,9 @@ from sandbox import (
     default_pool,
     run_code,
 )
+from threads.models import Thread
 from threads.services.leases import Lease, LeaseLimitReached, lease_acquire
+from threads.services.logs import log_create
 
 # The spec's fixed budget for code run from an endpoint (DIGEST §17).
 ENDPOINT_BUDGET_S: Final = 10.0
@@ -243,6 +246,60 @@ async def code_runner_take(slots: RunnerSlots) -> None:
             retry_after_s=wait_s,
             details={"setting": "SANDBOX_POOL_SIZE", "limit": slots.size},
         )
+
+
+# One run-code endpoint call (the API route and the console's playground) ----------------------
+
+
+async def code_endpoint_run(
+    *, source: str, options: Mapping[str, Any], lease: Lease, budget_s: float = ENDPOINT_BUDGET_S
+) -> dict[str, Any]:
+    """Run an admitted call (holding ``lease``, one of its tenant's run-code slots) on a free
+    runner of this process within ``budget_s``, and answer its result in the spec's JSON
+    shape. Preparing the code and encoding its result (CPU work that grows with their size)
+    run on a worker thread, off the event loop.
+
+    The runner slot and the lease are given back however it ends; a cancelled call (the
+    client left) terminates its execution, also one whose start was under way. Raises
+    :class:`TemporarilyUnavailable` when no runner came free in time."""
+    abort = FlowAbortSignal()
+    slots = code_slots()
+    try:
+        await code_runner_take(slots)
+        try:
+            start = sync_to_async(code_run, thread_sensitive=False)
+            execution = await start(source, options, abort=abort)
+            result = await code_settle_async(execution, budget_s=budget_s)
+        finally:
+            slots.release()
+        return await sync_to_async(code_result_json, thread_sensitive=False)(result)
+    except asyncio.CancelledError:
+        abort.set()
+        raise
+    finally:
+        await sync_to_async(lease.release, thread_sensitive=False)()
+
+
+def code_lease_release_abandoned(checked: asyncio.Future[Any]) -> None:
+    """A done-callback for a call's checks that finished after its client left: the lease
+    they took (the answer's ``lease``) is given back, as the call never runs."""
+    if checked.cancelled() or checked.exception() is not None:
+        return
+    lease = getattr(checked.result(), "lease", None)
+    if isinstance(lease, Lease):
+        asyncio.get_running_loop().run_in_executor(None, lease.release)
+
+
+def code_endpoint_log(*, thread: Thread, body: Mapping[str, Any]) -> None:
+    """The call's ``code`` log row, from what the caller was answered."""
+    error = body["error"]
+    log_create(
+        thread=thread,
+        kind="code",
+        data={"status": body["status"], "duration_ms": body["durationMs"],
+              "error": f"{error['name']}: {error['message']}" if error else None,
+              "logs": len(body["logs"]), "reports": len(body["reports"])},
+    )  # fmt: skip
 
 
 def code_tool_run(
