@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from console.views.common import answer, tenant_thread, thread_page
 from threads.events import EventType
 from threads.models import EffectStatus, Log, Schedule, SubagentLink, Thread
 from threads.runtime.records import TurnUsage
-from threads.runtime.schedules import schedule_json, schedule_pause
+from threads.runtime.schedules import schedule_delete, schedule_json, schedule_pause
 from threads.services.effects import effect_cancel, effect_get, effects_json, effects_of
 from threads.services.events import event_envelopes
 from threads.services.logs import log_rows
@@ -297,18 +297,22 @@ def effect_cancel_view(
     return answer(request, reverse("console:thread-effects", args=[thread.pk]), cancel)
 
 
-def _schedule_paused(
-    request: HttpRequest, thread_id: uuid.UUID, schedule_id: uuid.UUID, paused: bool
+def _schedule_changed(
+    request: HttpRequest,
+    thread_id: uuid.UUID,
+    schedule_id: uuid.UUID,
+    change: Callable[[Schedule], dict[str, Any]],
 ) -> HttpResponse:
+    """``change`` one of the thread's schedules; another thread's is a 404."""
     thread = tenant_thread(console_of(request).principal.tenant, thread_id)
 
-    def change() -> dict[str, Any]:
+    def changed() -> dict[str, Any]:
         row = next((row for row in _thread_schedules(thread) if row.pk == schedule_id), None)
         if row is None:
             raise NotFound(f"no schedule {schedule_id} on this thread")
-        return {"schedule": schedule_json(schedule_pause(row=row, paused=paused))}
+        return change(row)
 
-    return answer(request, reverse("console:thread-effects", args=[thread.pk]), change)
+    return answer(request, reverse("console:thread-effects", args=[thread.pk]), changed)
 
 
 @require_POST
@@ -317,7 +321,10 @@ def schedule_pause_view(
     request: HttpRequest, thread_id: uuid.UUID, schedule_id: uuid.UUID
 ) -> HttpResponse:
     """Pause one of the thread's schedules (``POST /schedules/{id}/pause``)."""
-    return _schedule_paused(request, thread_id, schedule_id, paused=True)
+    return _schedule_changed(
+        request, thread_id, schedule_id,
+        lambda row: {"schedule": schedule_json(schedule_pause(row=row, paused=True))},
+    )  # fmt: skip
 
 
 @require_POST
@@ -327,7 +334,24 @@ def schedule_resume_view(
 ) -> HttpResponse:
     """Resume one of the thread's schedules from its next slot after now
     (``POST /schedules/{id}/resume``)."""
-    return _schedule_paused(request, thread_id, schedule_id, paused=False)
+    return _schedule_changed(
+        request, thread_id, schedule_id,
+        lambda row: {"schedule": schedule_json(schedule_pause(row=row, paused=False))},
+    )  # fmt: skip
+
+
+@require_POST
+@console_view(write=True)
+def schedule_delete_view(
+    request: HttpRequest, thread_id: uuid.UUID, schedule_id: uuid.UUID
+) -> HttpResponse:
+    """Delete one of the thread's schedules (``DELETE /schedules/{id}``)."""
+
+    def delete(row: Schedule) -> dict[str, Any]:
+        schedule_delete(row=row)
+        return {"deleted": str(schedule_id)}
+
+    return _schedule_changed(request, thread_id, schedule_id, delete)
 
 
 # Subagents ----------------------------------------------------------------------------------
@@ -382,6 +406,11 @@ urlpatterns = [
         THREAD + "schedules/<uuid:schedule_id>/resume/",
         schedule_resume_view,
         name="schedule-resume",
+    ),
+    path(
+        THREAD + "schedules/<uuid:schedule_id>/delete/",
+        schedule_delete_view,
+        name="schedule-delete",
     ),
     path(THREAD + "subagents/", subagents_page, name="thread-subagents"),
 ]

@@ -343,6 +343,22 @@ def test_pause_and_resume_a_schedule_through_the_service(team: Team) -> None:
     assert schedule.paused is False
 
 
+def test_delete_a_schedule_through_the_service(team: Team) -> None:
+    thread = thread_open(tenant=team.tenant, agent_name=CHAT)
+    schedule, kept = _schedule(thread), _schedule(thread)
+    client = _client(team.member)
+    url = reverse("console:schedule-delete", args=[thread.pk, schedule.pk])
+
+    html = _html(client, "console:thread-effects", thread)
+    deleted = client.post(url, headers={"Accept": "application/json"})
+    again = client.post(url, headers={"Accept": "application/json"})
+
+    assert url in html
+    assert deleted.json() == {"ok": True, "deleted": str(schedule.pk)}
+    assert again.status_code == 404
+    assert list(Schedule.objects.filter(thread_id=thread.pk)) == [kept]
+
+
 def test_another_threads_schedule_is_not_found_here(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     elsewhere = _schedule(thread_open(tenant=team.tenant, agent_name=CHAT))
@@ -418,6 +434,7 @@ def _writes(thread: Thread, effect: ScheduledEffect, schedule: Schedule) -> list
         reverse("console:effect-cancel", args=[thread.pk, effect.pk]),
         reverse("console:schedule-pause", args=[thread.pk, schedule.pk]),
         reverse("console:schedule-resume", args=[thread.pk, schedule.pk]),
+        reverse("console:schedule-delete", args=[thread.pk, schedule.pk]),
     ]
 
 
@@ -431,7 +448,7 @@ def test_another_tenants_thread_is_404_on_every_observe_route_with_no_side_effec
     pages = [client.get(reverse(name, args=[theirs.pk])) for name in PAGES]
     writes = [client.post(url) for url in _writes(theirs, effect, schedule)]
 
-    assert [answer.status_code for answer in pages + writes] == [404] * 7
+    assert [answer.status_code for answer in pages + writes] == [404] * 8
     assert "<title>Not found" in pages[0].content.decode()
     effect.refresh_from_db()
     schedule.refresh_from_db()
@@ -450,9 +467,9 @@ def test_read_only_member_sees_no_write_controls_and_forged_posts_are_403(team: 
         '<button type="submit">Filter</button>', ""
     )
     assert 'method="post" action="/console/threads' not in html
-    assert refused == [403, 403, 403]
+    assert refused == [403, 403, 403, 403]
     effect.refresh_from_db()
-    schedule.refresh_from_db()
+    schedule.refresh_from_db()  # not deleted
     assert (effect.status, schedule.paused) == (EffectStatus.PENDING, False)
     assert not Event.objects.filter(thread=thread, type="effect.removed").exists()
 

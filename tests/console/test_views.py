@@ -83,6 +83,7 @@ def test_every_console_thread_route_is_covered() -> None:
         "console:thread-env", "console:thread-env-set", "console:thread-env-delete",
         "console:thread-logs", "console:thread-events", "console:thread-effects",
         "console:effect-cancel", "console:schedule-pause", "console:schedule-resume",
+        "console:schedule-delete",
         "console:thread-subagents", "console:thread-code", "console:thread-code-run",
     }  # fmt: skip
 

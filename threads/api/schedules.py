@@ -18,7 +18,12 @@ from common.errors import ValidationFailed
 from common.schema import US_SINCE_EPOCH
 from tenancy.viewsets import TenantScopedViewSet
 from threads.models import Schedule, ScheduleAction
-from threads.runtime.schedules import schedule_json, schedule_pause, schedule_save
+from threads.runtime.schedules import (
+    schedule_delete,
+    schedule_json,
+    schedule_pause,
+    schedule_save,
+)
 
 TURN_ROLES = ["user", "assistant", "system"]
 
@@ -149,7 +154,7 @@ class ScheduleViewSet(TenantScopedViewSet):
         operation_id="schedules_destroy", summary="Delete a schedule", responses={204: None}
     )
     def destroy(self, request: Request, pk: str) -> Response:
-        self.get_object().delete()
+        schedule_delete(row=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(

@@ -212,6 +212,11 @@ def schedule_pause(*, row: Schedule, paused: bool) -> Schedule:
     return row
 
 
+def schedule_delete(*, row: Schedule) -> None:
+    """Delete a schedule: it runs no more (a run under way finishes)."""
+    row.delete()
+
+
 # Firing -------------------------------------------------------------------------------------
 
 
