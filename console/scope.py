@@ -16,7 +16,8 @@ from typing import Concatenate, ParamSpec
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 
 from tenancy.models import Membership, Role
@@ -56,8 +57,8 @@ def _chosen(memberships: list[Membership], slug: object) -> Membership | None:
 def console_view(
     *, write: bool | None = None
 ) -> Callable[
-    [Callable[Concatenate[HttpRequest, P], HttpResponse]],
-    Callable[Concatenate[HttpRequest, P], HttpResponse],
+    [Callable[Concatenate[HttpRequest, P], HttpResponseBase]],
+    Callable[Concatenate[HttpRequest, P], HttpResponseBase],
 ]:
     """A console page: the user must be logged in (else the login page) and a member of an
     active tenant (else a page saying so, 403); with several memberships and none chosen,
@@ -65,10 +66,10 @@ def console_view(
     or above: 403. A view's Http404 (another tenant's thread) is the console's 404 page."""
 
     def wrap(
-        view: Callable[Concatenate[HttpRequest, P], HttpResponse],
-    ) -> Callable[Concatenate[HttpRequest, P], HttpResponse]:
+        view: Callable[Concatenate[HttpRequest, P], HttpResponseBase],
+    ) -> Callable[Concatenate[HttpRequest, P], HttpResponseBase]:
         @wraps(view)
-        def scoped(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        def scoped(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> HttpResponseBase:
             user = request.user
             assert isinstance(user, User)
             memberships = membership_list(user=user)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import agents, observe, playground, storage, threads, usage
+from console.views import agents, files, observe, playground, threads, usage, values
 
 app_name = "console"
 
@@ -20,7 +20,8 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),
     *threads.urlpatterns,
-    *storage.urlpatterns,
+    *files.urlpatterns,
+    *values.urlpatterns,
     *observe.urlpatterns,
     *agents.urlpatterns,
     *playground.urlpatterns,

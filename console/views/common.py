@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -24,6 +25,9 @@ from tenancy.models import Tenant
 from threads.models import Thread
 from threads.services.threads import thread_get
 from threads.services.turns import read_status
+
+# The path of a thread's console pages, under /console/.
+THREAD = "threads/<uuid:thread_id>/"
 
 
 def page(
@@ -90,3 +94,10 @@ def thread_page(
         request, template,
         {"thread": thread, "status": read_status(thread), "tabs": tabs, **context},
     )  # fmt: skip
+
+
+def refuse_at_field(form: forms.Form, error: DomainError, fields: Mapping[str, str]) -> None:
+    """Show a service's refusal at the form field it names (``fields`` maps the service's
+    field names to the form's), else above the form."""
+    name = fields.get(error.field or "", error.field or "")
+    form.add_error(name if name in form.fields else None, error.message)

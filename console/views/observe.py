@@ -26,7 +26,7 @@ from common.errors import Conflict, NotFound
 from common.pagination import MAX_OFFSET
 from common.time import from_us
 from console.scope import console_of, console_view
-from console.views.common import answer, tenant_thread, thread_page
+from console.views.common import THREAD, answer, tenant_thread, thread_page
 from threads.events import EventType
 from threads.models import EffectStatus, Log, Schedule, SubagentLink, Thread
 from threads.runtime.records import TurnUsage
@@ -391,8 +391,6 @@ def subagents_page(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         {"tree": tree, "count": len(seen), "truncated": len(seen) >= MAX_SUBAGENTS},
     )  # fmt: skip
 
-
-THREAD = "threads/<uuid:thread_id>/"
 
 urlpatterns = [
     path(THREAD + "logs/", logs_page, name="thread-logs"),

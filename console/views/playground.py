@@ -17,13 +17,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from common.connections import connection_returned
 from common.errors import DomainError
 from console.scope import console_of, console_view
-from console.views.common import tenant_thread, thread_page
+from console.views.common import THREAD, tenant_thread, thread_page
 from threads.api.code import MAX_SOURCE_CHARS
 from threads.models import Thread
 from threads.services.code import (
@@ -172,7 +173,7 @@ def _code_admit(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
 
 
 @require_POST
-async def code_run_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+async def code_run_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponseBase:
     """Run the form's code and show the page with its result, logs and error, the code kept
     in the box. A run refused (the tenant's runs, busy runners) ran nothing and shows why."""
     checked = asyncio.ensure_future(connection_returned(_code_admit)(request, thread_id))
@@ -198,8 +199,6 @@ async def code_run_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpRespo
         request, admitted.thread, form, outcome=Outcome(body)
     )
 
-
-THREAD = "threads/<uuid:thread_id>/"
 
 urlpatterns = [
     path(THREAD + "code/", code_page, name="thread-code"),

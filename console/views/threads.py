@@ -24,7 +24,7 @@ from common.errors import DomainError, NotFound, ValidationFailed
 from common.time import from_us
 from console.forms import ENV_PREFIX, MessageForm, ThreadFilterForm, ThreadNewForm
 from console.scope import SESSION_TENANT, Console, console_of, console_view
-from console.views.common import answer, page, tenant_thread, thread_page
+from console.views.common import THREAD, answer, page, tenant_thread, thread_page
 from tenancy.models import Tenant
 from tenancy.selectors import membership_list
 from tenancy.services import ws_ticket_issue
@@ -303,8 +303,6 @@ def ws_ticket(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     issued = ws_ticket_issue(principal=console.principal)
     return JsonResponse({"ticket": issued.ticket, "thread_id": str(thread.pk)})
 
-
-THREAD = "threads/<uuid:thread_id>/"
 
 urlpatterns = [
     path("tenant/", tenant_choose, name="tenant-choose"),

@@ -48,7 +48,7 @@ from typing import IO, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import path
 from django.utils.http import content_disposition_header
@@ -249,12 +249,16 @@ async def _async_chunks(handle: IO[bytes], length: int) -> AsyncIterator[bytes]:
         handle.close()
 
 
-def _download(request: Request, row: ThreadFile, handle: IO[bytes]) -> HttpResponseBase:
+def file_download_response(
+    request: HttpRequest, row: ThreadFile, handle: IO[bytes]
+) -> HttpResponseBase:
+    """The file ``row`` (open as ``handle``, which the response closes) streamed as an
+    attachment, honouring a single ``Range``; also the console's download."""
     size = row.size
     wanted = parse_range(request.META.get("HTTP_RANGE"), size)
     if wanted is False:
         handle.close()
-        return Response(
+        return JsonResponse(
             error_body("range_not_satisfiable", f"the file is {size} bytes"),
             status=status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
             headers={"Content-Range": f"bytes */{size}"},
@@ -265,7 +269,7 @@ def _download(request: Request, row: ThreadFile, handle: IO[bytes]) -> HttpRespo
         handle.seek(first)
     content = (
         _async_chunks(handle, length)
-        if isinstance(request._request, ASGIRequest)
+        if isinstance(request, ASGIRequest)
         else _sync_chunks(handle, length)
     )
     response = StreamingHttpResponse(
@@ -384,7 +388,7 @@ class FileView(ThreadScopedView):
             return HttpResponse(data, content_type=thumbnail_mime_type(data))
         opened = file_open(thread=thread, path=target)
         if opened is not None:
-            return _download(request, *opened)
+            return file_download_response(request._request, *opened)
         entries = file_readdir(thread=thread, path=target)  # NotFound when nothing is there
         page = paginate(request, entries, file_json, view=self)
         page.data["path"] = target
