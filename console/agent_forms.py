@@ -110,6 +110,35 @@ class JsonField(forms.CharField):
         return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+class PromptTextField(JsonField):
+    """A prompt's parts: plain text when it is one text part (as a string is taken), else
+    the JSON list of parts; text that starts with ``[`` is read as that list."""
+
+    def to_python(self, value: Any) -> Any:
+        text = forms.CharField.to_python(self, value)
+        if text is None or text in self.empty_values:
+            return None
+        return super().to_python(text) if text.lstrip().startswith("[") else text
+
+    def prepare_value(self, value: Any) -> Any:
+        if (
+            isinstance(value, list) and len(value) == 1 and isinstance(value[0], Mapping)
+            and value[0].get("type") == "text" and isinstance(value[0].get("content"), str)
+            and not value[0]["content"].lstrip().startswith("[")
+        ):  # fmt: skip
+            return value[0]["content"]
+        return super().prepare_value(value)
+
+
+def _prompt_field(info: FieldInfo) -> forms.Field:
+    return PromptTextField(
+        required=info.is_required(),
+        help_text="The instructions as text; or a JSON list of parts "
+        '([{"type": "text", "content": …}, {"type": "include", "prompt": …}, …]).',
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "true"}),
+    )
+
+
 class DefinitionForm(forms.Form):
     """One definition's document, a field per top-level key (a model's also takes a
     write-only API key). ``document_data()`` is what the fields say; the services decide."""
@@ -119,7 +148,8 @@ class DefinitionForm(forms.Form):
         self.kind = kind
         self.document = DEFINITION_MODELS[kind].DOCUMENT
         for name, info in self.document.model_fields.items():
-            self.fields[name] = _input_for(info)
+            prompt = kind == "prompts" and name == "prompt"
+            self.fields[name] = _prompt_field(info) if prompt else _input_for(info)
             self.fields[name].label = name
         if kind == "models":
             self.fields[API_KEY] = forms.CharField(

@@ -114,6 +114,24 @@ def test_saving_a_definition_writes_through_the_service(team: Team) -> None:
     )
 
 
+def test_a_prompts_text_is_edited_as_text_and_parts_as_json(team: Team) -> None:
+    client = _client(team.member)
+    shown = _field_html(client.get(_definition_url("prompts", "p")).content.decode(), "prompt")
+
+    as_text = client.post(
+        _definition_url("prompts", "p"), _prompt_form(prompt="Be brief.\nBe kind.")
+    )
+    text_parts = Prompt.objects.for_tenant(team.tenant).get(name="p").prompt
+    parts = [{"type": "text", "content": "One."}, {"type": "text", "content": "Two."}]
+    as_json = client.post(_definition_url("prompts", "p"), _prompt_form(prompt=json.dumps(parts)))
+    json_parts = Prompt.objects.for_tenant(team.tenant).get(name="p").prompt
+
+    assert ">\nYou help.</textarea>" in shown
+    assert (as_text.status_code, as_json.status_code) == (302, 302)
+    assert text_parts == [{"type": "text", "content": "Be brief.\nBe kind."}]
+    assert json_parts == parts
+
+
 def test_a_reference_error_is_shown_at_its_field_and_nothing_changes(team: Team) -> None:
     answer = _client(team.member).post(_definition_url("prompts", "p"), _prompt_form(model="nope"))
 
