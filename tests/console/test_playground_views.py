@@ -292,5 +292,6 @@ def test_usage_chart_is_an_inline_svg_with_a_title_and_labelled_axes(team: Team)
 def test_usage_without_model_calls_says_so(team: Team) -> None:
     page = _client(team.member).get(reverse("console:usage")).content.decode()
 
-    assert page.count("No model calls in this range.") >= 2
+    assert page.count("No model calls in this range.") == 2  # the two tables
+    assert page.count("Nothing to chart: no model call in this range reported this figure.") == 2
     assert '<rect x="' not in page
