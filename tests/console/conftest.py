@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
+from django.test import Client
 
 from agents.bundles import bundle_import
 from config import env
@@ -189,3 +190,10 @@ def log_in(page: Any, served: Live, user: User) -> None:
     page.context.add_cookies(
         [{"name": "sessionid", "value": session_of(user), "url": served.base_url}]
     )
+
+
+def client_of(user: User) -> Client:
+    """A Django test client logged in as ``user`` (no live server needed)."""
+    client = Client()
+    client.force_login(user)
+    return client

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
 from django.urls import reverse
 
 from agents.bundles import bundle_import
 from agents.models import Agent, CodeTool, Model, Prompt
-from tests.console.conftest import CHAT, Team, team_make
+from tests.console.conftest import CHAT, Team, client_of, team_make
 from tests.factories import make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -40,12 +39,6 @@ def _scripted_model(name: str) -> dict[str, Any]:
 @pytest.fixture
 def team(db: None) -> Team:
     return team_make()
-
-
-def _client(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
 
 
 def _definition_url(kind: str, name: str) -> str:
@@ -80,7 +73,7 @@ def _prompt_form(**changes: Any) -> dict[str, Any]:
 
 
 def test_index_lists_the_tenants_definitions_by_kind_with_links(team: Team) -> None:
-    html = _client(team.reader).get(reverse("console:agents")).content.decode()
+    html = client_of(team.reader).get(reverse("console:agents")).content.decode()
 
     for kind, name in (("models", "m"), ("prompts", "p_careful"), ("agents", CHAT)):
         assert f'href="{_definition_url(kind, name)}"' in html
@@ -90,7 +83,7 @@ def test_index_lists_the_tenants_definitions_by_kind_with_links(team: Team) -> N
 
 
 def test_definition_page_shows_top_level_fields_as_inputs_by_type(team: Team) -> None:
-    html = _client(team.member).get(_definition_url("prompts", "p")).content.decode()
+    html = client_of(team.member).get(_definition_url("prompts", "p")).content.decode()
 
     assert 'value="p"' in _field_html(html, "name")
     assert "<textarea" in _field_html(html, "tool_description")
@@ -103,7 +96,7 @@ def test_definition_page_shows_top_level_fields_as_inputs_by_type(team: Team) ->
 
 
 def test_saving_a_definition_writes_through_the_service(team: Team) -> None:
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _definition_url("prompts", "p"), _prompt_form(tool_description="Helps with time")
     )
 
@@ -115,7 +108,7 @@ def test_saving_a_definition_writes_through_the_service(team: Team) -> None:
 
 
 def test_a_prompts_text_is_edited_as_text_and_parts_as_json(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     shown = _field_html(client.get(_definition_url("prompts", "p")).content.decode(), "prompt")
 
     as_text = client.post(
@@ -133,7 +126,9 @@ def test_a_prompts_text_is_edited_as_text_and_parts_as_json(team: Team) -> None:
 
 
 def test_a_reference_error_is_shown_at_its_field_and_nothing_changes(team: Team) -> None:
-    answer = _client(team.member).post(_definition_url("prompts", "p"), _prompt_form(model="nope"))
+    answer = client_of(team.member).post(
+        _definition_url("prompts", "p"), _prompt_form(model="nope")
+    )
 
     html = answer.content.decode()
     assert answer.status_code == 200
@@ -144,7 +139,7 @@ def test_a_reference_error_is_shown_at_its_field_and_nothing_changes(team: Team)
 
 
 def test_an_error_inside_a_field_names_its_full_path_at_that_field(team: Team) -> None:
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _definition_url("agents", CHAT),
         {"name": CHAT, "type": "ai_human", "side_a": '{"prompt": "missing"}'},
     )
@@ -156,7 +151,7 @@ def test_an_error_inside_a_field_names_its_full_path_at_that_field(team: Team) -
 
 
 def test_a_structural_error_is_shown_at_its_field(team: Team) -> None:
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _definition_url("prompts", "p"), _prompt_form(tools='[{"nmae": "current_time"}]')
     )
 
@@ -166,13 +161,13 @@ def test_a_structural_error_is_shown_at_its_field(team: Team) -> None:
 
 
 def test_text_that_is_not_json_is_refused_at_its_field(team: Team) -> None:
-    answer = _client(team.member).post(_definition_url("prompts", "p"), _prompt_form(env="{x"))
+    answer = client_of(team.member).post(_definition_url("prompts", "p"), _prompt_form(env="{x"))
 
     assert "not JSON" in _field_html(answer.content.decode(), "env")
 
 
 def test_another_definitions_problem_is_shown_at_the_top_naming_it(team: Team) -> None:
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _definition_url("prompts", "p"), _prompt_form(name="p_renamed")
     )
 
@@ -184,7 +179,7 @@ def test_another_definitions_problem_is_shown_at_the_top_naming_it(team: Team) -
 
 
 def test_creating_a_definition_and_a_name_that_is_taken(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = reverse("console:agents-new", args=["code_tools"])
     fields = {"name": "shout", "description": "Shouts", "language": "javascript",
               "source": "export default (s, a) => 'HI';"}  # fmt: skip
@@ -199,7 +194,7 @@ def test_creating_a_definition_and_a_name_that_is_taken(team: Team) -> None:
 
 
 def test_deleting_a_definition_others_refer_to_is_refused(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
 
     refused = client.post(reverse("console:agents-delete", args=["models", "m"]), follow=True)
     client.post(reverse("console:agents-delete", args=["agents", CHAT]))
@@ -210,7 +205,7 @@ def test_deleting_a_definition_others_refer_to_is_refused(team: Team) -> None:
 
 
 def test_an_unknown_kind_is_404(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
 
     assert client.get(_definition_url("widgets", "m")).status_code == 404
     assert client.get(reverse("console:agents-new", args=["widgets"])).status_code == 404
@@ -225,7 +220,7 @@ def _model_form(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_models_api_key_is_write_only_and_never_rendered(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = _definition_url("models", "m")
 
     client.post(url, _model_form(api_key=SECRET))
@@ -233,7 +228,7 @@ def test_a_models_api_key_is_write_only_and_never_rendered(team: Team) -> None:
     kept = client.post(url, _model_form(api_key=""))
     pages = [
         client.get(url).content.decode(),
-        _client(team.reader).get(url).content.decode(),
+        client_of(team.reader).get(url).content.decode(),
         client.post(url, _model_form(api_key=SECRET, model_id="")).content.decode(),
         client.get(reverse("console:agents-export")).content.decode(),
     ]
@@ -253,7 +248,7 @@ def test_a_models_api_key_is_write_only_and_never_rendered(team: Team) -> None:
 def test_another_tenants_definition_is_404_with_no_side_effect(team: Team) -> None:
     theirs = make_tenant()
     bundle_import(tenant=theirs, document={"version": 1, "code_tools": [THEIR_TOOL]})
-    client = _client(team.admin)
+    client = client_of(team.admin)
     url = _definition_url("code_tools", "theirs")
     forged = {**THEIR_TOOL, "language": "javascript", "description": "forged"}
 
@@ -269,7 +264,7 @@ def test_another_tenants_definition_is_404_with_no_side_effect(team: Team) -> No
 
 
 def test_read_only_member_sees_no_write_controls(team: Team) -> None:
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     index = client.get(reverse("console:agents")).content.decode()
     definition = client.get(_definition_url("models", "m")).content.decode()
@@ -283,7 +278,7 @@ def test_read_only_member_sees_no_write_controls(team: Team) -> None:
 
 
 def test_read_only_members_forged_posts_are_refused_403_with_no_side_effect(team: Team) -> None:
-    client = _client(team.reader)
+    client = client_of(team.reader)
     bundle = yaml.safe_dump({"version": 1, "models": [
         {"name": "forged", "provider": "scripted", "model_id": "scripted"}]})  # fmt: skip
     posts = [
@@ -312,7 +307,7 @@ def _bundle(model: str) -> str:
 
 
 def test_import_is_a_dry_run_first_showing_each_error_at_its_entry(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     document = json.dumps({"version": 1, "models": [_scripted_model("m2")], "prompts": [
         {"name": "q", "tool_description": "Q", "prompt": "Hi.", "model": "nope"}]})  # fmt: skip
 
@@ -328,7 +323,7 @@ def test_import_is_a_dry_run_first_showing_each_error_at_its_entry(team: Team) -
 
 
 def test_a_valid_bundle_is_checked_then_applied_with_the_same_document(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = reverse("console:agents-import")
 
     checked = client.post(url, {"document": _bundle("m")}).content.decode()
@@ -345,7 +340,7 @@ def test_a_valid_bundle_is_checked_then_applied_with_the_same_document(team: Tea
 
 
 def test_an_uploaded_yaml_bundle_and_one_that_does_not_parse(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = reverse("console:agents-import")
     upload = SimpleUploadedFile("b.yaml", yaml.safe_dump(json.loads(_bundle("m"))).encode())
 
@@ -363,7 +358,7 @@ def test_a_replacing_bundle_says_what_it_would_delete(team: Team) -> None:
     document = {**json.loads(_bundle("m")), "models": [_scripted_model("m")]}
 
     html = (
-        _client(team.member)
+        client_of(team.member)
         .post(reverse("console:agents-import"), {"document": json.dumps(document), "replace": "on"})
         .content.decode()
     )
@@ -375,7 +370,7 @@ def test_a_replacing_bundle_says_what_it_would_delete(team: Team) -> None:
 
 
 def test_export_downloads_the_tenants_bundle(team: Team) -> None:
-    answer = _client(team.reader).get(reverse("console:agents-export"), {"format": "yaml"})
+    answer = client_of(team.reader).get(reverse("console:agents-export"), {"format": "yaml"})
 
     document = yaml.safe_load(answer.content)
     assert answer["Content-Disposition"] == (
@@ -388,7 +383,7 @@ def test_export_downloads_the_tenants_bundle(team: Team) -> None:
 
 
 def test_registry_shows_tools_and_effects_with_their_argument_schemas(team: Team) -> None:
-    html = _client(team.reader).get(reverse("console:agents-registry")).content.decode()
+    html = client_of(team.reader).get(reverse("console:agents-registry")).content.decode()
 
     tool = re.search(r'data-tool="current_time"(.*?)</article>', html, re.DOTALL)
     effect = re.search(r'data-effect="remind"(.*?)</article>', html, re.DOTALL)

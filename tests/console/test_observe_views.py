@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from agents.bundles import bundle_import
 from console.views import observe
-from tests.console.conftest import CHAT, Team, agents_for, team_make
+from tests.console.conftest import CHAT, Team, agents_for, client_of, team_make
 from tests.factories import make_tenant
 from threads.models import EffectStatus, Event, Schedule, ScheduledEffect, Thread, Turn
 from threads.runtime.driver import thread_drive
@@ -71,12 +71,6 @@ def team(db: None) -> Team:
     return team
 
 
-def _client(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
-
-
 def _turn(thread: Thread, content: str) -> Turn:
     """Submit ``content`` and run the turn here, as a worker would."""
     work = message_queue(thread=thread, role="user", content=content)
@@ -109,7 +103,7 @@ def test_logs_show_a_real_turns_model_call_with_its_tokens_cost_and_totals(team:
     thread = thread_open(tenant=team.tenant, agent_name=PRICED)
     turn = _turn(thread, "hello")
 
-    html = _html(_client(team.reader), "console:thread-logs", thread)
+    html = _html(client_of(team.reader), "console:thread-logs", thread)
 
     assert turn.status == "completed"
     llm = [row for row in _rows(html, "data-log-id") if 'data-kind="llm"' in row]
@@ -140,7 +134,7 @@ def test_unknown_tokens_and_cost_show_a_dash_never_zero_and_make_the_totals_unkn
                data={"model": "m", "input_tokens": None, "output_tokens": None,
                      "cost_usd": None, "latency_ms": 3.0})  # fmt: skip
 
-    html = _html(_client(team.member), "console:thread-logs", thread)
+    html = _html(client_of(team.member), "console:thread-logs", thread)
 
     unknown = [row for row in _rows(html, "data-log-id") if ">3.0</td>" in row]
     assert len(unknown) == 1
@@ -160,7 +154,7 @@ def test_totals_add_up_every_model_call_of_the_thread(team: Team) -> None:
                          "total_tokens": tokens_in + tokens_out, "cost_usd": cost})  # fmt: skip
     log_create(thread=thread, kind="tool", data={"tool": "echo", "status": "success"})
 
-    html = _html(_client(team.member), "console:thread-logs", thread, {"kind": "tool"})
+    html = _html(client_of(team.member), "console:thread-logs", thread, {"kind": "tool"})
 
     assert '<strong data-total="input_tokens">30</strong>' in html
     assert '<strong data-total="output_tokens">10</strong>' in html
@@ -178,7 +172,7 @@ def test_logs_are_newest_first_filtered_by_kind_and_paged(
         log_create(thread=thread, kind=kind, data={"tool": f"t{n}", "status": "success"})
         for n, kind in enumerate(["tool", "llm", "tool", "tool"])
     ]
-    client = _client(team.member)
+    client = client_of(team.member)
 
     tools = _html(client, "console:thread-logs", thread, {"kind": "tool"})
     older = _html(client, "console:thread-logs", thread, {"kind": "tool", "page": "2"})
@@ -197,7 +191,7 @@ def test_events_show_a_real_turns_log_with_sequence_type_turn_and_data(team: Tea
     turn = _turn(thread, "hello")
     stored = list(Event.objects.filter(thread=thread).order_by("sequence"))
 
-    html = _html(_client(team.reader), "console:thread-events", thread)
+    html = _html(client_of(team.reader), "console:thread-events", thread)
 
     shown = re.findall(r'data-sequence="(\d+)" data-type="([a-z._]+)"', html)
     assert shown == [(str(event.sequence), event.type) for event in stored]
@@ -210,7 +204,7 @@ def test_events_filter_by_type_and_by_turn(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     first = _turn(thread, "one")
     second = _turn(thread, "two")
-    client = _client(team.member)
+    client = client_of(team.member)
 
     completed = _html(client, "console:thread-events", thread, {"type": "turn.completed"})
     of_first = _html(client, "console:thread-events", thread, {"turn": str(first.pk)})
@@ -233,7 +227,7 @@ def test_events_page_forward_by_sequence(team: Team, monkeypatch: pytest.MonkeyP
     last = Event.objects.filter(thread=thread).order_by("-sequence").first()
     assert last is not None
     assert last.sequence > 4
-    client = _client(team.member)
+    client = client_of(team.member)
 
     first = _html(client, "console:thread-events", thread)
     second = _html(client, "console:thread-events", thread, {"after": "3"})
@@ -273,7 +267,7 @@ def test_effects_page_shows_the_effects_and_schedules_with_controls_for_writers(
     effect = _effect(thread)
     schedule = _schedule(thread)
 
-    html = _html(_client(team.member), "console:thread-effects", thread)
+    html = _html(client_of(team.member), "console:thread-effects", thread)
 
     row = _rows(html, "data-effect-id")[0]
     assert f'data-effect-id="{effect.pk}" data-status="pending"' in row
@@ -291,7 +285,7 @@ def test_cancel_a_pending_effect_through_the_service(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     effect = _effect(thread)
     url = reverse("console:effect-cancel", args=[thread.pk, effect.pk])
-    client = _client(team.member)
+    client = client_of(team.member)
 
     done = client.post(url, headers={"Accept": "application/json"})
     again = client.post(url, headers={"Accept": "application/json"})
@@ -313,9 +307,9 @@ def test_cancel_a_pending_effect_through_the_service(team: Team) -> None:
 def test_effects_filter_by_status(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     kept, cancelled = _effect(thread), _effect(thread)
-    _client(team.member).post(reverse("console:effect-cancel", args=[thread.pk, cancelled.pk]))
+    client_of(team.member).post(reverse("console:effect-cancel", args=[thread.pk, cancelled.pk]))
 
-    html = _html(_client(team.member), "console:thread-effects", thread, {"status": "pending"})
+    html = _html(client_of(team.member), "console:thread-effects", thread, {"status": "pending"})
 
     assert re.findall(r'data-effect-id="([0-9a-f-]+)"', html) == [str(kept.pk)]
 
@@ -323,7 +317,7 @@ def test_effects_filter_by_status(team: Team) -> None:
 def test_pause_and_resume_a_schedule_through_the_service(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     schedule = _schedule(thread)
-    client = _client(team.member)
+    client = client_of(team.member)
 
     paused = client.post(reverse("console:schedule-pause", args=[thread.pk, schedule.pk]))
     schedule.refresh_from_db()
@@ -346,7 +340,7 @@ def test_pause_and_resume_a_schedule_through_the_service(team: Team) -> None:
 def test_delete_a_schedule_through_the_service(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     schedule, kept = _schedule(thread), _schedule(thread)
-    client = _client(team.member)
+    client = client_of(team.member)
     url = reverse("console:schedule-delete", args=[thread.pk, schedule.pk])
 
     html = _html(client, "console:thread-effects", thread)
@@ -363,7 +357,7 @@ def test_another_threads_schedule_is_not_found_here(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     elsewhere = _schedule(thread_open(tenant=team.tenant, agent_name=CHAT))
 
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         reverse("console:schedule-pause", args=[thread.pk, elsewhere.pk]),
         headers={"Accept": "application/json"},
     )
@@ -391,7 +385,7 @@ def test_subagents_are_a_tree_of_links_and_a_child_links_its_parent(team: Team) 
     child = _spawn(root, "first")
     grandchild = _spawn(child, "deeper")
     sibling = _spawn(root, "second")
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     tree = _html(client, "console:thread-subagents", root)
     below = _html(client, "console:thread-subagents", child)
@@ -415,7 +409,7 @@ def test_subagents_are_a_tree_of_links_and_a_child_links_its_parent(team: Team) 
 def test_a_thread_without_subagents_says_so(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
 
-    html = _html(_client(team.member), "console:thread-subagents", thread)
+    html = _html(client_of(team.member), "console:thread-subagents", thread)
 
     assert "This thread has started no subagents." in html
     assert 'id="parent"' not in html
@@ -443,7 +437,7 @@ def test_another_tenants_thread_is_404_on_every_observe_route_with_no_side_effec
 ) -> None:
     theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
     effect, schedule = _effect(theirs), _schedule(theirs)
-    client = _client(team.admin)
+    client = client_of(team.admin)
 
     pages = [client.get(reverse(name, args=[theirs.pk])) for name in PAGES]
     writes = [client.post(url) for url in _writes(theirs, effect, schedule)]
@@ -458,7 +452,7 @@ def test_another_tenants_thread_is_404_on_every_observe_route_with_no_side_effec
 def test_read_only_member_sees_no_write_controls_and_forged_posts_are_403(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
     effect, schedule = _effect(thread), _schedule(thread)
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     html = _html(client, "console:thread-effects", thread)
     refused = [client.post(url).status_code for url in _writes(thread, effect, schedule)]
@@ -478,7 +472,7 @@ def test_read_only_member_sees_no_write_controls_and_forged_posts_are_403(team: 
 def test_pages_have_a_title_tabs_and_labelled_filters(team: Team, name: str) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
 
-    html = _html(_client(team.member), name, thread)
+    html = _html(client_of(team.member), name, thread)
 
     assert re.search(r"<title>\w+ of thread [0-9a-f]{8}… \(chat\) · Standard Agents Console", html)
     assert f'<a href="{reverse(name, args=[thread.pk])}" aria-current="page">' in html
@@ -490,7 +484,7 @@ def test_pages_have_a_title_tabs_and_labelled_filters(team: Team, name: str) -> 
 
 def test_unknown_ids_are_404_not_500(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
-    client = _client(team.member)
+    client = client_of(team.member)
     zero = uuid.UUID(int=0)
 
     effect = client.post(reverse("console:effect-cancel", args=[thread.pk, zero]),

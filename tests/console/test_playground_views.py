@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from common.time import now_us
-from tests.console.conftest import CAREFUL, CHAT, Team, agents_for, team_make
+from tests.console.conftest import CAREFUL, CHAT, Team, agents_for, client_of, team_make
 from tests.factories import make_tenant
 from threads.models import Log, Thread
 from threads.runtime.lifecycle import thread_open
@@ -35,12 +35,6 @@ def team(db: None) -> Team:
 @pytest.fixture
 def thread(team: Team) -> Thread:
     return thread_open(tenant=team.tenant, agent_name=CHAT)
-
-
-def _client(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
 
 
 def _run(client: Client, thread: Thread, source: str, **fields: Any) -> Any:
@@ -66,7 +60,7 @@ def test_a_snippet_runs_in_the_sandbox_and_its_result_and_logs_are_shown(
 ) -> None:
     source = 'console.log("adding", 2, { b: 3 });\nexport default { sum: 2 + 3 };'
 
-    answer = _run(_client(team.member), thread, source)
+    answer = _run(client_of(team.member), thread, source)
 
     assert answer.status_code == 200
     page = answer.content.decode()
@@ -83,7 +77,7 @@ def test_a_snippet_runs_in_the_sandbox_and_its_result_and_logs_are_shown(
 
 
 def test_a_throw_is_shown_with_its_name_message_line_and_column(team: Team, thread: Thread) -> None:
-    answer = _run(_client(team.member), thread, "const a = 1;\nthrow new RangeError('too far');")
+    answer = _run(client_of(team.member), thread, "const a = 1;\nthrow new RangeError('too far');")
 
     text = _text(answer)
     assert 'data-status="error"' in answer.content.decode()
@@ -94,7 +88,7 @@ def test_a_throw_is_shown_with_its_name_message_line_and_column(team: Team, thre
 
 
 def test_a_syntax_error_is_a_link_error_at_its_position(team: Team, thread: Thread) -> None:
-    answer = _run(_client(team.member), thread, "const x = 1;\nconst = ;", language="javascript")
+    answer = _run(client_of(team.member), thread, "const x = 1;\nconst = ;", language="javascript")
 
     text = _text(answer)
     assert "Status link_error" in text
@@ -104,7 +98,7 @@ def test_a_syntax_error_is_a_link_error_at_its_position(team: Team, thread: Thre
 
 def test_report_values_are_collected_when_asked(team: Team, thread: Thread) -> None:
     answer = _run(
-        _client(team.member), thread, "report({ step: 1 });\nexport default 1", report="on"
+        client_of(team.member), thread, "report({ step: 1 });\nexport default 1", report="on"
     )
 
     assert 'Reports {"step": 1}' in _text(answer)
@@ -112,7 +106,7 @@ def test_report_values_are_collected_when_asked(team: Team, thread: Thread) -> N
 
 
 def test_code_running_past_the_timeout_given_is_terminated(team: Team, thread: Thread) -> None:
-    answer = _run(_client(team.member), thread, "while (true) {}", timeout="0.5")
+    answer = _run(client_of(team.member), thread, "while (true) {}", timeout="0.5")
 
     text = _text(answer)
     assert "Status terminated" in text
@@ -124,7 +118,7 @@ def test_code_running_past_the_timeout_given_is_terminated(team: Team, thread: T
 def test_a_timeout_past_the_endpoint_budget_is_refused_at_its_field_with_nothing_run(
     team: Team, thread: Thread
 ) -> None:
-    answer = _run(_client(team.member), thread, "export default 1", timeout="30")
+    answer = _run(client_of(team.member), thread, "export default 1", timeout="30")
 
     assert answer.status_code == 200
     assert re.search(
@@ -141,7 +135,7 @@ def test_a_run_over_the_tenants_limit_is_refused_naming_the_limit_with_nothing_r
     running = code_lease_acquire(tenant_id=team.tenant.pk)  # a run of this tenant goes on
 
     try:
-        answer = _run(_client(team.member), thread, "export default 1")
+        answer = _run(client_of(team.member), thread, "export default 1")
     finally:
         running.release()
 
@@ -155,7 +149,7 @@ def test_a_run_over_the_tenants_limit_is_refused_naming_the_limit_with_nothing_r
 
 
 def test_the_playground_has_a_title_a_tab_and_labelled_controls(team: Team, thread: Thread) -> None:
-    page = _client(team.member).get(reverse("console:thread-code", args=[thread.pk]))
+    page = client_of(team.member).get(reverse("console:thread-code", args=[thread.pk]))
 
     body = page.content.decode()
     assert page.status_code == 200
@@ -173,7 +167,7 @@ def test_the_playground_has_a_title_a_tab_and_labelled_controls(team: Team, thre
 def test_read_only_member_sees_no_run_control_and_a_forged_run_is_403_with_nothing_run(
     team: Team, thread: Thread
 ) -> None:
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     page = client.get(reverse("console:thread-code", args=[thread.pk])).content.decode()
     forged = _run(client, thread, "export default 1")
@@ -188,7 +182,7 @@ def test_read_only_member_sees_no_run_control_and_a_forged_run_is_403_with_nothi
 
 def test_another_tenants_thread_is_404_in_the_playground_with_nothing_run(team: Team) -> None:
     theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
-    client = _client(team.admin)
+    client = client_of(team.admin)
 
     page = client.get(reverse("console:thread-code", args=[theirs.pk]))
     run = _run(client, theirs, "export default 1")
@@ -234,7 +228,7 @@ def test_usage_sums_the_tenants_model_calls_per_agent_and_thread(team: Team) -> 
     _model_call(theirs, 99_999, 9.0)  # another tenant's: never counted
     log_create(thread=chat, kind="tool", data={"tool": "current_time", "status": "success"})
 
-    page = _client(team.reader).get(reverse("console:usage"), {"days": "7"}).content.decode()
+    page = client_of(team.reader).get(reverse("console:usage"), {"days": "7"}).content.decode()
 
     assert _row(page, "agent", CHAT) == [CHAT, "3", "1,510", "30", "1,540", "0.015000"]
     assert _row(page, "agent", CAREFUL) == [CAREFUL, "1", "40", "10", "50", "0.000500"]
@@ -253,7 +247,7 @@ def test_usage_keeps_older_calls_out_of_shorter_ranges(team: Team) -> None:
     _model_call(chat, 100, 0.001)
     _model_call(chat, 20, 0.002, ago_us=3 * DAY_US)
     _model_call(chat, 7, 0.004, ago_us=40 * DAY_US)
-    client = _client(team.member)
+    client = client_of(team.member)
 
     day = client.get(reverse("console:usage"), {"days": "1"}).content.decode()
     week = client.get(reverse("console:usage"), {"days": "7"}).content.decode()
@@ -272,7 +266,7 @@ def test_usage_chart_is_an_inline_svg_with_a_title_and_labelled_axes(team: Team)
     _model_call(chat, 1000, 0.01)
     _model_call(careful, 500, 0.02)
 
-    page = _client(team.member).get(reverse("console:usage"), {"days": "7"}).content.decode()
+    page = client_of(team.member).get(reverse("console:usage"), {"days": "7"}).content.decode()
 
     svg = re.search(r'<svg class="chart" id="chart-tokens".*?</svg>', page, re.S)
     assert svg is not None
@@ -290,7 +284,7 @@ def test_usage_chart_is_an_inline_svg_with_a_title_and_labelled_axes(team: Team)
 
 
 def test_usage_without_model_calls_says_so(team: Team) -> None:
-    page = _client(team.member).get(reverse("console:usage")).content.decode()
+    page = client_of(team.member).get(reverse("console:usage")).content.decode()
 
     assert page.count("No model calls in this range.") == 2  # the two tables
     assert page.count("Nothing to chart: no model call in this range reported this figure.") == 2

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
 from django.urls import reverse
 from PIL import Image
 
-from tests.console.conftest import CHAT, Team, agents_for, team_make
+from tests.console.conftest import CHAT, Team, agents_for, client_of, team_make
 from tests.factories import make_tenant
 from threads.models import Event, TenantEnv, Thread, ThreadEnv, ThreadFile, ThreadValue
 from threads.runtime.lifecycle import thread_open
@@ -47,12 +46,6 @@ def team(db: None) -> Team:
 @pytest.fixture
 def thread(team: Team) -> Thread:
     return thread_open(tenant=team.tenant, agent_name=CHAT)
-
-
-def _client(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
 
 
 def _png(width: int = 40, height: int = 20) -> bytes:
@@ -89,7 +82,7 @@ def test_files_page_lists_directories_first_with_breadcrumbs_and_thumbnails(
     file_write(thread=thread, path="/docs/a.txt", data=b"hello", mime_type="text/plain")
     file_write(thread=thread, path="/docs/pic.png", data=_png(), mime_type="image/png")
     file_mkdir(thread=thread, path="/docs/zz-sub")
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     root = client.get(_url("console:thread-files", thread)).content.decode()
     docs = client.get(_url("console:thread-files", thread), {"path": "/docs"}).content.decode()
@@ -108,7 +101,7 @@ def test_files_page_lists_directories_first_with_breadcrumbs_and_thumbnails(
 
 
 def test_files_page_of_a_missing_directory_says_so(team: Team, thread: Thread) -> None:
-    answer = _client(team.member).get(_url("console:thread-files", thread), {"path": "/nope"})
+    answer = client_of(team.member).get(_url("console:thread-files", thread), {"path": "/nope"})
 
     assert answer.status_code == 404
     assert "no directory /nope" in answer.content.decode()
@@ -119,8 +112,8 @@ def test_download_streams_the_file_as_an_attachment(team: Team, thread: Thread) 
     file_write(thread=thread, path="/r/report.txt", data=b"a" * 300_000, mime_type="text/plain")
     url = _url("console:thread-file-download", thread)
 
-    answer = _client(team.reader).get(url, {"path": "/r/report.txt"})
-    missing = _client(team.reader).get(url, {"path": "/r/none.txt"})
+    answer = client_of(team.reader).get(url, {"path": "/r/report.txt"})
+    missing = client_of(team.reader).get(url, {"path": "/r/none.txt"})
 
     assert answer.streaming
     assert answer.getvalue() == b"a" * 300_000
@@ -134,7 +127,7 @@ def test_thumbnail_is_the_apis_and_404_for_what_is_not_an_image(team: Team, thre
     file_write(thread=thread, path="/p.png", data=_png(400, 200), mime_type="image/png")
     file_write(thread=thread, path="/t.txt", data=b"text", mime_type="text/plain")
     url = _url("console:thread-file-thumbnail", thread)
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     thumb = client.get(url, {"path": "/p.png", "size": "100"})
     text = client.get(url, {"path": "/t.txt"})
@@ -150,7 +143,7 @@ def test_upload_writes_through_the_file_service(team: Team, thread: Thread) -> N
     file_mkdir(thread=thread, path="/in")
     upload = SimpleUploadedFile("pic.png", _png(), content_type="image/png")
 
-    client = _client(team.member)
+    client = client_of(team.member)
 
     answer = client.post(
         _url("console:thread-file-upload", thread), {"path": "/in", "file": upload}
@@ -173,7 +166,7 @@ def test_upload_over_the_cap_is_refused_at_the_file_field_naming_the_cap(
     monkeypatch.setattr(file_validation, "MAX_FILE_BYTES", 10)
     upload = SimpleUploadedFile("big.bin", b"x" * 11, content_type="application/octet-stream")
 
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _url("console:thread-file-upload", thread), {"path": "/", "file": upload}
     )
 
@@ -187,7 +180,7 @@ def test_upload_over_the_cap_is_refused_at_the_file_field_naming_the_cap(
 def test_mkdir_makes_a_directory_and_a_bad_name_is_shown_at_its_field(
     team: Team, thread: Thread
 ) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = _url("console:thread-file-mkdir", thread)
 
     made = client.post(url, {"path": "/", "name": "reports"})
@@ -206,7 +199,7 @@ def test_mkdir_makes_a_directory_and_a_bad_name_is_shown_at_its_field(
 
 def test_delete_removes_a_file_and_then_its_emptied_directory(team: Team, thread: Thread) -> None:
     file_write(thread=thread, path="/dir/a.txt", data=b"a", mime_type="text/plain")
-    client = _client(team.member)
+    client = client_of(team.member)
     url = _url("console:thread-file-delete", thread)
 
     file_gone = client.post(url, {"path": "/dir/a.txt"})
@@ -223,7 +216,7 @@ def test_deleting_a_full_directory_is_refused_with_the_services_message(
 ) -> None:
     file_write(thread=thread, path="/full/a.txt", data=b"a", mime_type="text/plain")
 
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _url("console:thread-file-delete", thread), {"path": "/full"}, follow=True
     )
 
@@ -237,7 +230,7 @@ def test_deleting_a_full_directory_is_refused_with_the_services_message(
 def test_kv_page_shows_values_as_pretty_json_and_searches_keys(team: Team, thread: Thread) -> None:
     value_set(thread=thread, key="settings/theme", value={"dark": True, "size": [1, 2]})
     value_set(thread=thread, key="counter", value=7)
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     everything = client.get(_url("console:thread-kv", thread)).content.decode()
     found = client.get(_url("console:thread-kv", thread), {"q": "THEME"}).content.decode()
@@ -251,7 +244,7 @@ def test_kv_page_shows_values_as_pretty_json_and_searches_keys(team: Team, threa
 def test_kv_set_writes_through_the_value_service_and_edit_fills_the_form(
     team: Team, thread: Thread
 ) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
 
     answer = client.post(
         _url("console:thread-kv-set", thread), {"key": "a/b", "value": '{"n": [1, 2]}'}
@@ -266,7 +259,7 @@ def test_kv_set_writes_through_the_value_service_and_edit_fills_the_form(
 
 
 def test_kv_bad_json_and_a_refused_key_are_shown_at_their_field(team: Team, thread: Thread) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = _url("console:thread-kv-set", thread)
 
     bad_json = client.post(url, {"key": "k", "value": "{not json"})
@@ -286,7 +279,7 @@ def test_kv_bad_json_and_a_refused_key_are_shown_at_their_field(team: Team, thre
 def test_kv_delete_and_a_null_value_remove_the_key(team: Team, thread: Thread) -> None:
     value_set(thread=thread, key="one", value=1)
     value_set(thread=thread, key="two", value=2)
-    client = _client(team.member)
+    client = client_of(team.member)
 
     client.post(_url("console:thread-kv-delete", thread), {"key": "one"})
     client.post(_url("console:thread-kv-set", thread), {"key": "two", "value": "null"})
@@ -307,7 +300,7 @@ def test_env_page_lists_names_types_and_the_tenants_as_inherited(
     tenant_env_set(tenant=team.tenant, name="REGION", value="us-east", type="text")
     tenant_env_set(tenant=team.tenant, name="ORG_KEY", value=SECRET, type="secret")
 
-    html = _client(team.reader).get(_url("console:thread-env", thread)).content.decode()
+    html = client_of(team.reader).get(_url("console:thread-env", thread)).content.decode()
 
     own, inherited = html.split('id="inherited-title"')
     assert 'data-name="API_TOKEN"' in own
@@ -322,7 +315,7 @@ def test_env_page_lists_names_types_and_the_tenants_as_inherited(
 
 
 def test_env_set_writes_through_the_env_service(team: Team, thread: Thread) -> None:
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _url("console:thread-env-set", thread),
         {"name": "API_TOKEN", "type": "secret", "value": SECRET},
     )
@@ -336,7 +329,7 @@ def test_env_set_writes_through_the_env_service(team: Team, thread: Thread) -> N
 def test_env_blank_type_keeps_the_variables_type(team: Team, thread: Thread) -> None:
     thread_env_set(thread=thread, name="REGION", value="eu", type="text")
 
-    _client(team.member).post(
+    client_of(team.member).post(
         _url("console:thread-env-set", thread), {"name": "REGION", "type": "", "value": "us"}
     )
 
@@ -346,7 +339,7 @@ def test_env_blank_type_keeps_the_variables_type(team: Team, thread: Thread) -> 
 def test_env_bad_name_is_shown_at_its_field_and_the_value_is_not_sent_back(
     team: Team, thread: Thread
 ) -> None:
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         _url("console:thread-env-set", thread), {"name": "9bad", "type": "text", "value": SECRET}
     )
 
@@ -362,7 +355,7 @@ def test_env_bad_name_is_shown_at_its_field_and_the_value_is_not_sent_back(
 
 def test_env_delete_removes_the_variable(team: Team, thread: Thread) -> None:
     thread_env_set(thread=thread, name="GONE", value="x", type="text")
-    client = _client(team.member)
+    client = client_of(team.member)
 
     client.post(_url("console:thread-env-delete", thread), {"name": "GONE"})
     missing = client.post(_url("console:thread-env-delete", thread), {"name": "GONE"}, follow=True)
@@ -374,7 +367,7 @@ def test_env_delete_removes_the_variable(team: Team, thread: Thread) -> None:
 def test_a_secret_value_is_on_no_page(team: Team, thread: Thread) -> None:
     thread_env_set(thread=thread, name="API_TOKEN", value=SECRET, type="secret")
     tenant_env_set(tenant=team.tenant, name="ORG_TOKEN", value=SECRET, type="text")
-    client = _client(team.admin)
+    client = client_of(team.admin)
 
     pages = [client.get(_url(name, thread)) for name in (*STORAGE_PAGES, "console:thread")]
     pages.append(client.post(_url("console:thread-env-set", thread), {"name": "", "value": SECRET}))
@@ -388,7 +381,7 @@ def test_a_secret_value_is_on_no_page(team: Team, thread: Thread) -> None:
 
 
 def test_storage_pages_are_tabs_of_the_thread(team: Team, thread: Thread) -> None:
-    html = _client(team.reader).get(_url("console:thread-kv", thread)).content.decode()
+    html = client_of(team.reader).get(_url("console:thread-kv", thread)).content.decode()
 
     for name, label in zip(STORAGE_PAGES, ("Files", "KV", "Env"), strict=True):
         assert f'<a href="{_url(name, thread)}"' in html, label
@@ -409,7 +402,7 @@ def test_another_tenants_thread_is_404_with_no_side_effect(team: Team, route: st
     theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
     _seed(theirs)
     before = _storage_rows(theirs)
-    client = _client(team.admin)
+    client = client_of(team.admin)
     url = _url(route, theirs)
     body = {**WRITES.get(route, {}), "file": SimpleUploadedFile("x.txt", b"x")}
 
@@ -425,7 +418,7 @@ def test_another_tenants_thread_is_404_with_no_side_effect(team: Team, route: st
 
 def test_read_only_member_sees_no_write_controls(team: Team, thread: Thread) -> None:
     _seed(thread)
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     pages = [client.get(_url(name, thread)).content.decode() for name in STORAGE_PAGES]
 
@@ -445,7 +438,7 @@ def test_read_only_members_forged_post_is_403_with_nothing_written(
     before = _storage_rows(thread)
     body = {**WRITES.get(route, {}), "path": "/", "file": SimpleUploadedFile("x.txt", b"x")}
 
-    answer = _client(team.reader).post(_url(route, thread), body)
+    answer = client_of(team.reader).post(_url(route, thread), body)
 
     assert answer.status_code == 403
     assert _storage_rows(thread) == before
@@ -457,6 +450,6 @@ def test_read_only_members_forged_post_is_403_with_nothing_written(
 def test_a_write_on_a_missing_thread_is_404(team: Team) -> None:
     url = reverse("console:thread-kv-set", args=[uuid.uuid4()])
 
-    answer = _client(team.member).post(url, {"key": "k", "value": "1"})
+    answer = client_of(team.member).post(url, {"key": "k", "value": "1"})
 
     assert answer.status_code == 404

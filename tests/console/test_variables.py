@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from agents.bundles import bundle_import
 from tenancy.models import Tenant
-from tests.console.conftest import CHAT, Team, agents_for, log_in, team_make
+from tests.console.conftest import CHAT, Team, agents_for, client_of, log_in, team_make
 from tests.factories import make_tenant
 from tests.live import Live
 from threads.models import Thread, ThreadEnv, VariableRequest
@@ -70,12 +69,6 @@ def _pending(thread: Thread) -> VariableRequest:
     )  # fmt: skip
 
 
-def _client(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
-
-
 # Without a browser ---------------------------------------------------------------------------
 
 
@@ -91,8 +84,8 @@ def test_a_pending_request_is_a_masked_labelled_form_for_writers_only(quiet: Tea
     pending = _pending(thread)
     page = reverse("console:thread", args=[thread.pk])
 
-    html = _client(quiet.member).get(page).content.decode()
-    read_only = _client(quiet.reader).get(page).content.decode()
+    html = client_of(quiet.member).get(page).content.decode()
+    read_only = client_of(quiet.reader).get(page).content.decode()
 
     field = f"env_VAULT_TOKEN-{pending.pk}"
     assert f'<label for="{field}">VAULT_TOKEN</label>' in html
@@ -109,7 +102,7 @@ def test_an_empty_field_is_refused_at_that_field_and_nothing_starts(quiet: Team)
     pending = _pending(thread)
     url = reverse("console:variable-request-complete", args=[thread.pk, pending.pk])
 
-    answer = _client(quiet.member).post(
+    answer = client_of(quiet.member).post(
         url, {"env_VAULT_TOKEN": "  "}, headers={"Accept": "application/json"}
     )
 
@@ -127,7 +120,7 @@ def test_a_read_only_member_cannot_complete_a_request(quiet: Team) -> None:
     pending = _pending(thread)
     url = reverse("console:variable-request-complete", args=[thread.pk, pending.pk])
 
-    answer = _client(quiet.reader).post(url, {"env_VAULT_TOKEN": SECRET})
+    answer = client_of(quiet.reader).post(url, {"env_VAULT_TOKEN": SECRET})
 
     assert answer.status_code == 403
     pending.refresh_from_db()
@@ -140,7 +133,7 @@ def test_another_tenants_request_is_404(quiet: Team) -> None:
     theirs = thread_open(tenant=subagents_for(agents_for(make_tenant())), agent_name=BOSS)
     pending = _pending(theirs)
     mine = thread_open(tenant=quiet.tenant, agent_name=CHAT)
-    client = _client(quiet.admin)
+    client = client_of(quiet.admin)
 
     through_theirs = client.post(
         reverse("console:variable-request-complete", args=[theirs.pk, pending.pk]),
@@ -163,10 +156,10 @@ def test_the_fragment_lists_only_open_requests(quiet: Team) -> None:
     thread = thread_open(tenant=subagents_for(quiet.tenant), agent_name=BOSS)
     pending = _pending(thread)
     url = reverse("console:variable-requests", args=[thread.pk])
-    before = _client(quiet.member).get(url).content.decode()
+    before = client_of(quiet.member).get(url).content.decode()
     VariableRequest.objects.filter(pk=pending.pk).update(status=VariableRequest.Status.COMPLETED)
 
-    after = _client(quiet.member).get(url).content.decode()
+    after = client_of(quiet.member).get(url).content.decode()
 
     assert f'id="variables-{pending.pk}"' in before
     assert after.strip() == ""

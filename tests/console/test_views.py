@@ -13,7 +13,7 @@ from django.urls import reverse
 from console import urls as console_urls
 from tenancy.models import Role
 from tenancy.services import membership_set
-from tests.console.conftest import CAREFUL, CHAT, NEEDY, Team, agents_for, team_make
+from tests.console.conftest import CAREFUL, CHAT, NEEDY, Team, agents_for, client_of, team_make
 from tests.factories import make_tenant
 from threads.models import Thread, Turn
 from threads.runtime.lifecycle import thread_open
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def team(db: None) -> Team:
     return team_make()
-
-
-def _client(user: object) -> Client:
-    client = Client()
-    client.force_login(user)  # type: ignore[arg-type]
-    return client
 
 
 def _write_urls(thread: Thread) -> list[str]:
@@ -93,7 +87,7 @@ def test_another_tenants_thread_is_404_on_every_route_with_no_side_effect(
     team: Team, route: str, others: dict[str, uuid.UUID]
 ) -> None:
     theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
-    client = _client(team.admin)
+    client = client_of(team.admin)
     url = reverse(route, kwargs={"thread_id": theirs.pk, **others})
 
     answers = {
@@ -108,7 +102,7 @@ def test_another_tenants_thread_is_404_on_every_route_with_no_side_effect(
 
 def test_read_only_member_sees_no_write_controls(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     listing = client.get(reverse("console:threads")).content.decode()
     page = client.get(reverse("console:thread", args=[thread.pk])).content.decode()
@@ -121,7 +115,7 @@ def test_read_only_member_sees_no_write_controls(team: Team) -> None:
 
 def test_read_only_members_forged_posts_are_refused_403_with_no_side_effect(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
-    client = _client(team.reader)
+    client = client_of(team.reader)
 
     for url in _write_urls(thread):
         answer = client.post(url, {"content": "forged", "agent": CHAT, "decision": "approve"})
@@ -133,7 +127,7 @@ def test_read_only_members_forged_posts_are_refused_403_with_no_side_effect(team
 def test_read_only_member_may_follow_a_thread(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
 
-    answer = _client(team.reader).post(reverse("console:ws-ticket", args=[thread.pk]))
+    answer = client_of(team.reader).post(reverse("console:ws-ticket", args=[thread.pk]))
 
     assert answer.status_code == 200
     assert answer.json()["thread_id"] == str(thread.pk)
@@ -142,7 +136,7 @@ def test_read_only_member_may_follow_a_thread(team: Team) -> None:
 def test_member_sends_a_message_through_the_turn_service(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
 
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         reverse("console:message-send", args=[thread.pk]),
         {"content": "hello", "multitask_strategy": "enqueue"},
         headers={"Accept": "application/json"},
@@ -155,7 +149,7 @@ def test_member_sends_a_message_through_the_turn_service(team: Team) -> None:
 
 def test_reject_strategy_refuses_while_a_turn_waits_as_the_api_does(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
-    client = _client(team.member)
+    client = client_of(team.member)
     url = reverse("console:message-send", args=[thread.pk])
     client.post(url, {"content": "first", "multitask_strategy": "enqueue"})
 
@@ -169,7 +163,7 @@ def test_reject_strategy_refuses_while_a_turn_waits_as_the_api_does(team: Team) 
 
 
 def test_new_thread_asks_for_the_agents_required_variables(team: Team) -> None:
-    client = _client(team.member)
+    client = client_of(team.member)
     url = reverse("console:thread-new")
 
     form = client.get(url, {"agent": NEEDY}).content.decode()
@@ -188,7 +182,7 @@ def test_new_thread_asks_for_the_agents_required_variables(team: Team) -> None:
 def test_threads_are_filtered_by_agent_and_searched(team: Team) -> None:
     chat = thread_open(tenant=team.tenant, agent_name=CHAT, user_id="alice")
     other = thread_open(tenant=team.tenant, agent_name=CAREFUL, user_id="bob")
-    client = _client(team.member)
+    client = client_of(team.member)
 
     by_agent = client.get(reverse("console:threads"), {"agent": CHAT}).content.decode()
     by_user = client.get(reverse("console:threads"), {"q": "alic"}).content.decode()
@@ -205,7 +199,7 @@ def test_user_with_several_tenants_chooses_one_and_switches(team: Team) -> None:
     second = agents_for(make_tenant())
     membership_set(tenant=second, user=team.member, role=Role.READ_ONLY)
     theirs = thread_open(tenant=second, agent_name=CHAT)
-    client = _client(team.member)
+    client = client_of(team.member)
 
     assert client.get(reverse("console:threads"))["Location"] == reverse("console:tenant-choose")
     client.post(reverse("console:tenant-choose"), {"tenant": second.slug})
@@ -221,7 +215,7 @@ def test_user_with_several_tenants_chooses_one_and_switches(team: Team) -> None:
 def test_choosing_a_tenant_one_is_not_a_member_of_is_refused(team: Team) -> None:
     stranger = make_tenant()
     membership_set(tenant=make_tenant(), user=team.member, role=Role.MEMBER)
-    client = _client(team.member)
+    client = client_of(team.member)
 
     client.post(reverse("console:tenant-choose"), {"tenant": stranger.slug})
 
@@ -231,7 +225,7 @@ def test_choosing_a_tenant_one_is_not_a_member_of_is_refused(team: Team) -> None
 def test_an_input_answer_that_is_not_json_is_refused_naming_the_field(team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
 
-    answer = _client(team.member).post(
+    answer = client_of(team.member).post(
         reverse("console:action-respond", args=[thread.pk, uuid.UUID(int=0)]),
         {"decision": "answer", "data": "{not json"},
         headers={"Accept": "application/json"},
