@@ -82,7 +82,12 @@ THREAD_PANELS: list[tuple[str, str]] = [
 
 
 def thread_page(
-    request: HttpRequest, template: str, thread: Thread, panel: str, context: Mapping[str, Any]
+    request: HttpRequest,
+    template: str,
+    thread: Thread,
+    panel: str,
+    context: Mapping[str, Any],
+    status: int = 200,
 ) -> HttpResponse:
     """Render one of a thread's pages (``panel`` is its URL name), with the thread, its
     heading and the tabs of the others."""
@@ -92,7 +97,7 @@ def thread_page(
     ]
     return page(
         request, template,
-        {"thread": thread, "status": read_status(thread), "tabs": tabs, **context},
+        {"thread": thread, "status": read_status(thread), "tabs": tabs, **context}, status,
     )  # fmt: skip
 
 

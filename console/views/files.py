@@ -102,14 +102,12 @@ def _files_page(
     rows = [
         FileRow(row, from_us(row.updated_at), is_image_mime_type(row.mime_type)) for row in listing
     ]
-    response = thread_page(
+    return thread_page(
         request, "console/storage/files.html", thread, "console:thread-files",
         {"where": where, "crumbs": [] if problem else _crumbs(where), "rows": rows,
          "page": listing, "problem": problem, "thumbnail_side": THUMBNAIL_SIDE,
-         "upload": upload or UploadForm(), "directory": directory or DirectoryForm()},
+         "upload": upload or UploadForm(), "directory": directory or DirectoryForm()}, status,
     )  # fmt: skip
-    response.status_code = status
-    return response
 
 
 @require_GET

@@ -101,13 +101,11 @@ def _kv_page(
     search = request.GET.get("q", "").strip()
     rows = value_list(thread=thread, search=search or None)
     listing = Paginator(rows, ROWS_PER_PAGE).get_page(request.GET.get("page"))
-    response = thread_page(
+    return thread_page(
         request, "console/storage/kv.html", thread, "console:thread-kv",
         {"values": [_value_row(thread, row) for row in listing], "page": listing,
-         "q": search, "form": form},
+         "q": search, "form": form}, status,
     )  # fmt: skip
-    response.status_code = status
-    return response
 
 
 @require_GET
@@ -188,12 +186,10 @@ def _env_page(
         _env_row(entry, entry.name in names)
         for entry in map(env_entry_of, tenant_env_rows(tenant=thread.tenant))
     ]
-    response = thread_page(
+    return thread_page(
         request, "console/storage/env.html", thread, "console:thread-env",
-        {"variables": own, "inherited": inherited, "form": form},
+        {"variables": own, "inherited": inherited, "form": form}, status,
     )  # fmt: skip
-    response.status_code = status
-    return response
 
 
 @require_GET
