@@ -281,6 +281,28 @@ class RegistryListView(APIView):
         return paginate(request, self.entries(view), lambda entry: entry, view=self)
 
 
+def registry_tools_json(view: RegistryView) -> list[dict[str, Any]]:
+    """The registry's tools visible in ``view``, as ``GET /registry/tools`` lists them."""
+    return [
+        {"name": e.name, "description": e.description, "args_schema": e.args_schema,
+         "variables": _variables(e), "progress_argument": e.progress_argument}
+        for e in view.tools.values()
+    ]  # fmt: skip
+
+
+def registry_hooks_json(view: RegistryView) -> list[dict[str, Any]]:
+    """The registry's hook implementations visible in ``view``."""
+    return [{"id": e.id, "hook": str(e.hook)} for e in view.hooks.values()]
+
+
+def registry_effects_json(view: RegistryView) -> list[dict[str, Any]]:
+    """The registry's effects visible in ``view``."""
+    return [
+        {"name": e.name, "description": e.description, "args_schema": e.args_schema}
+        for e in view.effects.values()
+    ]
+
+
 def _registry_schema(kind: str, serializer: Any, summary: str) -> Callable[[Any], Any]:
     return extend_schema(
         operation_id=f"registry_{kind}_list", summary=summary,
@@ -290,11 +312,7 @@ def _registry_schema(kind: str, serializer: Any, summary: str) -> Callable[[Any]
 
 class RegistryToolsView(RegistryListView):
     def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
-        return [
-            {"name": e.name, "description": e.description, "args_schema": e.args_schema,
-             "variables": _variables(e), "progress_argument": e.progress_argument}
-            for e in view.tools.values()
-        ]  # fmt: skip
+        return registry_tools_json(view)
 
     @_registry_schema("tools", RegistryToolSerializer, "List the registry's tools")
     def get(self, request: Request) -> Response:
@@ -303,7 +321,7 @@ class RegistryToolsView(RegistryListView):
 
 class RegistryHooksView(RegistryListView):
     def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
-        return [{"id": e.id, "hook": str(e.hook)} for e in view.hooks.values()]
+        return registry_hooks_json(view)
 
     @_registry_schema("hooks", RegistryHookSerializer, "List the registry's hooks")
     def get(self, request: Request) -> Response:
@@ -312,10 +330,7 @@ class RegistryHooksView(RegistryListView):
 
 class RegistryEffectsView(RegistryListView):
     def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
-        return [
-            {"name": e.name, "description": e.description, "args_schema": e.args_schema}
-            for e in view.effects.values()
-        ]
+        return registry_effects_json(view)
 
     @_registry_schema("effects", RegistryEffectSerializer, "List the registry's effects")
     def get(self, request: Request) -> Response:

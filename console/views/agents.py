@@ -18,7 +18,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from pydantic import BaseModel
 
-from agents.api import RegistryEffectsView, RegistryHooksView, RegistryToolsView
+from agents.api import registry_effects_json, registry_hooks_json, registry_tools_json
 from agents.bundles import (
     Format,
     ImportReport,
@@ -371,9 +371,9 @@ def registry_page(request: HttpRequest) -> HttpResponse:
     return page(
         request, "console/agents/registry.html",
         {
-            "tools": _with_schema_text(RegistryToolsView().entries(view)),
-            "hooks": RegistryHooksView().entries(view),
-            "effects": _with_schema_text(RegistryEffectsView().entries(view)),
+            "tools": _with_schema_text(registry_tools_json(view)),
+            "hooks": registry_hooks_json(view),
+            "effects": _with_schema_text(registry_effects_json(view)),
             "nav": "agents",
         },
     )  # fmt: skip
