@@ -211,8 +211,8 @@ def turn_cancel_view(
 def action_respond_view(
     request: HttpRequest, thread_id: uuid.UUID, action_id: uuid.UUID
 ) -> HttpResponse:
-    """Approve or deny a pending approval, answer (``data``, JSON) or deny an input request
-    (``POST …/actions/{id}``)."""
+    """Approve, deny or edit (``arguments``, JSON) a pending approval; answer (``data``,
+    JSON) or deny an input request (``POST …/actions/{id}``)."""
     console = console_of(request)
     thread = tenant_thread(console.principal.tenant, thread_id)
     body: dict[str, Any] = {"decision": request.POST.get("decision", "")}
@@ -222,11 +222,12 @@ def action_respond_view(
     responder = f"user:{user.get_username()}" if user is not None else ""
 
     def respond() -> dict[str, Any]:
-        if "data" in request.POST:  # an input request's answer, as JSON
-            try:
-                body["data"] = json.loads(request.POST["data"])
-            except ValueError as error:
-                raise ValidationFailed(f"data is not JSON: {error}", field="data") from error
+        for name in ("data", "arguments"):  # an answer, or an approval's edited arguments
+            if name in request.POST:
+                try:
+                    body[name] = json.loads(request.POST[name])
+                except ValueError as error:
+                    raise ValidationFailed(f"{name} is not JSON: {error}", field=name) from error
         action = action_respond(thread=thread, action_id=action_id, body=body, responder=responder)
         return {"action_id": str(action.pk), "status": action.status}
 

@@ -134,6 +134,24 @@ def test_approve_a_pending_action(page: Any, served: Live, team: Team) -> None:
     assert page.locator("details.tool-call").get_attribute("data-status") == "succeeded"
 
 
+def test_edit_a_pending_actions_arguments(page: Any, served: Live, team: Team) -> None:
+    thread = thread_open(tenant=team.tenant, agent_name=CAREFUL)
+    log_in(page, served, team.member)
+    _thread_page(page, thread.pk)
+
+    _send(page, "what time is it?")
+    action = page.locator("#pending-actions li.action")
+    action.get_by_text("Edit the arguments").click()
+    action.get_by_label("Arguments (JSON)").fill('{"timezone": "Asia/Tokyo"}')
+    action.get_by_role("button", name="Run current_time with these arguments").click()
+
+    page.locator(".message.role-assistant .content", has_text="It is").wait_for()
+    call = page.locator("details.tool-call[data-tool=current_time]")
+    assert "Asia/Tokyo" in (call.locator(".arguments").text_content() or "")
+    assert "JST" in (call.locator(".result").text_content() or "")
+    assert page.locator("#pending-actions li").count() == 0
+
+
 def test_deny_a_pending_action(page: Any, served: Live, team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CAREFUL)
     log_in(page, served, team.member)

@@ -222,14 +222,18 @@ def test_choosing_a_tenant_one_is_not_a_member_of_is_refused(team: Team) -> None
     assert client.get(reverse("console:threads"))["Location"] == reverse("console:tenant-choose")
 
 
-def test_an_input_answer_that_is_not_json_is_refused_naming_the_field(team: Team) -> None:
+@pytest.mark.parametrize(("decision", "field"), [("answer", "data"), ("edit", "arguments")])
+def test_an_answer_or_edited_arguments_that_are_not_json_are_refused_naming_the_field(
+    team: Team, decision: str, field: str
+) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
 
     answer = client_of(team.member).post(
         reverse("console:action-respond", args=[thread.pk, uuid.UUID(int=0)]),
-        {"decision": "answer", "data": "{not json"},
+        {"decision": decision, field: "{not json"},
         headers={"Accept": "application/json"},
     )
 
     assert answer.status_code == 400
-    assert answer.json()["error"]["field"] == "data"
+    assert answer.json()["error"]["field"] == field
+    assert answer.json()["error"]["message"].startswith(f"{field} is not JSON")

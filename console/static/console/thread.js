@@ -203,11 +203,24 @@
       approve.addEventListener("click", () => act(url, { decision: "approve" }));
       deny.addEventListener("click", () => act(url, { decision: "deny", reason: "Denied in the console" }));
       item.append(el("p", { className: "buttons" }, approve, " ", deny));
+      if ((action.decisions || []).includes("edit")) item.append(editor(id, payload.name, action, url));
     }
     updateTurn({ id: payload.turn_id,
       status: payload.kind === "input" ? "waiting_input" : "waiting_permission" });
     actionsList.append(item);
     noActions.hidden = true;
+  }
+
+  // An approval's arguments, edited as JSON: the call runs with them (decision `edit`).
+  function editor(id, name, action, url) {
+    const field = "arguments-" + id;
+    const text = el("textarea", { id: field, rows: 4, className: "answer", spellcheck: false });
+    text.value = JSON.stringify(action.arguments || {}, null, 2);
+    const run = el("button", { type: "button", className: "approve", text: "Run with these arguments",
+      "aria-label": "Run " + (name || "the call") + " with these arguments" });
+    run.addEventListener("click", () => act(url, { decision: "edit", arguments: text.value }));
+    return el("details", { className: "edit" }, el("summary", { text: "Edit the arguments" }),
+      el("p", {}, el("label", { htmlFor: field, text: "Arguments (JSON)" }), text), el("p", {}, run));
   }
 
   function actionResolved(payload) {
