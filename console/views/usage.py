@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET
 
 from common.time import from_us, now_us
 from console.scope import console_of, console_view
-from console.views.common import page
+from console.views.common import page, tenant_thread
 from threads.services.usage import (
     AgentUsage,
     BucketUsage,
@@ -35,7 +35,10 @@ COLOURS = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f
 
 
 class UsageRangeForm(forms.Form):
-    days = forms.TypedChoiceField(label="Range", choices=RANGES, coerce=int, initial=7)
+    days = forms.TypedChoiceField(
+        label="Range", choices=RANGES, coerce=int, initial=7, required=False, empty_value=7
+    )
+    thread = forms.UUIDField(required=False, widget=forms.HiddenInput)
 
 
 # The chart ------------------------------------------------------------------------------------
@@ -190,14 +193,18 @@ def _total(rows: Sequence[AgentUsage]) -> Usage:
 @require_GET
 @console_view()
 def usage_page(request: HttpRequest) -> HttpResponse:
-    """Tokens and cost over time as charts, with tables per agent and of the top threads."""
+    """Tokens and cost over time as charts (of the tenant, or of one thread: ``?thread=``),
+    with tables per agent and of the tenant's top threads."""
     tenant = console_of(request).principal.tenant
     form = UsageRangeForm(request.GET or None)
-    days = form.cleaned_data["days"] if form.is_valid() else 7
+    valid = form.is_valid()
+    days = form.cleaned_data["days"] if valid else 7
+    chosen = form.cleaned_data["thread"] if valid else None
+    thread = tenant_thread(tenant, chosen) if chosen else None
     window = usage_window(days=days, now=now_us())
-    agents = usage_by_agent(tenant=tenant, window=window)
+    agents = usage_by_agent(tenant=tenant, window=window, thread=thread)
     names = [row.agent for row in agents]
-    buckets = usage_by_bucket(tenant=tenant, window=window)
+    buckets = usage_by_bucket(tenant=tenant, window=window, thread=thread)
     threads = usage_top_threads(tenant=tenant, window=window, limit=TOP_THREADS)
     charts = [
         usage_chart(key="tokens", measure="Tokens", rows=buckets, window=window, agents=names,
@@ -205,10 +212,14 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         usage_chart(key="cost", measure="Cost (USD)", rows=buckets, window=window, agents=names,
                     cost=True),
     ]  # fmt: skip
-    top = [{"row": row, "url": reverse("console:thread", args=[row.thread_id])} for row in threads]
+    top = [
+        {"row": row, "url": reverse("console:thread", args=[row.thread_id]),
+         "chart": f"{reverse('console:usage')}?days={days}&thread={row.thread_id}"}
+        for row in threads
+    ]  # fmt: skip
     return page(
         request, "console/playground/usage.html",
-        {"nav": "usage", "form": form, "days": days, "window": window,
+        {"nav": "usage", "form": form, "days": days, "window": window, "thread": thread,
          "since": from_us(window.start_us), "charts": charts, "agents": agents,
          "total": _total(agents), "top": top},
     )  # fmt: skip

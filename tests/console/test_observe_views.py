@@ -119,6 +119,7 @@ def test_logs_show_a_real_turns_model_call_with_its_tokens_cost_and_totals(team:
     assert float(_cell(llm[0], "latency_ms")) >= 0
     assert f'<strong data-total="input_tokens">{usage["input_tokens"]}</strong>' in html
     assert f'<strong data-total="cost_usd">${usage["cost_usd"]:.6f}</strong>' in html
+    assert f'href="{reverse("console:usage")}?days=30&amp;thread={thread.pk}">over time' in html
     assert '<details class="detail"><summary>JSON</summary><pre>' in llm[0]
     assert "&quot;finish_reason&quot;: &quot;stop&quot;" in llm[0]
 

@@ -75,7 +75,7 @@ def test_usage_page_draws_the_chart_and_tables(page: Any, served: Live, team: Te
     assert page.locator("#agent-usage tbody tr").first.inner_text().split() == [
         CHAT, "1", "900", "100", "1,000", "0.010000",
     ]  # fmt: skip
-    page.locator("#thread-usage tbody a").click()
+    page.locator("#thread-usage tbody th a").click()
     page.wait_for_url(f"**/console/threads/{thread.pk}/")
     page.goto("/console/usage/")
     _assert_accessible(page)

@@ -234,12 +234,36 @@ def test_usage_sums_the_tenants_model_calls_per_agent_and_thread(team: Team) -> 
     assert _row(page, "agent", CAREFUL) == [CAREFUL, "1", "40", "10", "50", "0.000500"]
     assert _row(page, "agent", "") == ["All agents", "4", "1,550", "40", "1,590", "0.015500"]
     assert _row(page, "thread", str(chat.pk)) == [
-        f"{str(chat.pk)[:8]}…", CHAT, "2", "1,480", "20", "1,500", "0.015000",
+        f"…{str(chat.pk)[-8:]}", CHAT, "2", "1,480", "20", "1,500", "0.015000", "Chart",
     ]  # fmt: skip
-    assert _row(page, "thread", str(chat_two.pk))[-1] == "—"
+    assert _row(page, "thread", str(chat_two.pk))[-2] == "—"
     assert reverse("console:thread", args=[chat.pk]) in page
     assert str(theirs.pk) not in page
     assert "99,999" not in page
+
+
+def test_usage_of_one_thread_over_time(team: Team) -> None:
+    chat = thread_open(tenant=team.tenant, agent_name=CHAT)
+    careful = thread_open(tenant=team.tenant, agent_name=CAREFUL)
+    _model_call(chat, 100, 0.001)
+    _model_call(chat, 20, 0.002, ago_us=3 * DAY_US)
+    _model_call(careful, 50, 0.0005)
+    client = client_of(team.reader)
+    everyone = client.get(reverse("console:usage"), {"days": "7"}).content.decode()
+    chart_url = f"{reverse('console:usage')}?days=7&amp;thread={chat.pk}"
+
+    one = client.get(reverse("console:usage"), {"days": "7", "thread": str(chat.pk)})
+    theirs = thread_open(tenant=agents_for(make_tenant()), agent_name=CHAT)
+    hidden = client.get(reverse("console:usage"), {"thread": str(theirs.pk)})
+
+    page = one.content.decode()
+    assert f'href="{chart_url}"' in everyone
+    assert f'Usage of thread <a href="{reverse("console:thread", args=[chat.pk])}">' in page
+    assert _row(page, "agent", CHAT)[1:5:3] == ["2", "120"]
+    assert 'data-agent="careful"' not in page.split('id="thread-usage"')[0]
+    assert page.count('<rect x="') == 4  # two days with calls, in both charts
+    assert f'<input type="hidden" name="thread" value="{chat.pk}">' in page
+    assert hidden.status_code == 404
 
 
 def test_usage_keeps_older_calls_out_of_shorter_ranges(team: Team) -> None:

@@ -20,7 +20,7 @@ from django.db.models.functions import Cast
 
 from common.time import from_us
 from tenancy.models import Tenant
-from threads.models import Log
+from threads.models import Log, Thread
 
 HOUR_US = 3_600_000_000
 DAY_US = 24 * HOUR_US
@@ -55,8 +55,9 @@ def _figure(name: str) -> Cast:
     return Cast(KT(f"data__{name}"), FloatField())
 
 
-def _model_calls(tenant: Tenant, window: Window) -> QuerySet[Log]:
-    return Log.objects.for_tenant(tenant).filter(kind="llm", created_at__gte=window.start_us)
+def _model_calls(tenant: Tenant, window: Window, thread: Thread | None) -> QuerySet[Log]:
+    rows = Log.objects.for_tenant(tenant).filter(kind="llm", created_at__gte=window.start_us)
+    return rows if thread is None else rows.filter(thread_id=thread.pk)
 
 
 def _summed(rows: QuerySet[Log], *group: str) -> QuerySet[Log, dict[str, Any]]:
@@ -113,15 +114,18 @@ class BucketUsage:
     usage: Usage
 
 
-def usage_by_agent(*, tenant: Tenant, window: Window) -> list[AgentUsage]:
-    """Each agent's usage in the window, most tokens first."""
-    rows = _summed(_model_calls(tenant, window), "thread__agent_name")
+def usage_by_agent(
+    *, tenant: Tenant, window: Window, thread: Thread | None = None
+) -> list[AgentUsage]:
+    """Each agent's usage in the window (of one ``thread``'s calls, if given), most tokens
+    first."""
+    rows = _summed(_model_calls(tenant, window, thread), "thread__agent_name")
     return [AgentUsage(agent=str(row["thread__agent_name"]), usage=Usage.of(row)) for row in rows]
 
 
 def usage_top_threads(*, tenant: Tenant, window: Window, limit: int) -> list[ThreadUsage]:
     """The ``limit`` threads with the most tokens in the window."""
-    rows = _summed(_model_calls(tenant, window), "thread_id", "thread__agent_name")[:limit]
+    rows = _summed(_model_calls(tenant, window, None), "thread_id", "thread__agent_name")[:limit]
     return [
         ThreadUsage(thread_id=row["thread_id"], agent=str(row["thread__agent_name"]),
                     usage=Usage.of(row))
@@ -129,11 +133,14 @@ def usage_top_threads(*, tenant: Tenant, window: Window, limit: int) -> list[Thr
     ]  # fmt: skip
 
 
-def usage_by_bucket(*, tenant: Tenant, window: Window) -> list[BucketUsage]:
-    """Each agent's usage per hour or day of the window (only buckets it used)."""
+def usage_by_bucket(
+    *, tenant: Tenant, window: Window, thread: Thread | None = None
+) -> list[BucketUsage]:
+    """Each agent's usage per hour or day of the window (only buckets it used), of one
+    ``thread``'s calls if given."""
     start = Value(window.start_us, output_field=BigIntegerField())
     step = Value(window.step_us, output_field=BigIntegerField())
-    rows = _model_calls(tenant, window).annotate(bucket=(F("created_at") - start) / step)
+    rows = _model_calls(tenant, window, thread).annotate(bucket=(F("created_at") - start) / step)
     return [
         BucketUsage(bucket=int(row["bucket"]), agent=str(row["thread__agent_name"]),
                     usage=Usage.of(row))
