@@ -36,7 +36,7 @@ COLOURS = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f
 
 class UsageRangeForm(forms.Form):
     days = forms.TypedChoiceField(
-        label="Range", choices=RANGES, coerce=int, initial=7, required=False, empty_value=7
+        label="Range", choices=RANGES, coerce=int, initial=7, required=False, empty_value=None
     )
     thread = forms.UUIDField(required=False, widget=forms.HiddenInput)
 
@@ -198,7 +198,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     tenant = console_of(request).principal.tenant
     form = UsageRangeForm(request.GET or None)
     valid = form.is_valid()
-    days = form.cleaned_data["days"] if valid else 7
+    days = (form.cleaned_data["days"] if valid else None) or 7
     chosen = form.cleaned_data["thread"] if valid else None
     thread = tenant_thread(tenant, chosen) if chosen else None
     window = usage_window(days=days, now=now_us())
