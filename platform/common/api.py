@@ -13,7 +13,7 @@ from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 from django.views import csrf, defaults
 from django.views.decorators.csrf import csrf_exempt
@@ -132,10 +132,11 @@ def domain_error_response(error: DomainError) -> JsonResponse:
 
 @sync_and_async_middleware
 def api_url_check(get_response: Callable[[HttpRequest], Any]) -> Callable[..., Any]:
-    """Middleware: an ``/api/`` request whose Host is not allowed, or whose URL path or
-    query holds a NUL character or more query parameters than
-    ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a JSON 400 before any view reads it. It reads
-    only the request line and headers, so under ASGI it runs on the event loop."""
+    """Middleware: an ``/api/`` or ``/console/`` request whose Host is not allowed, or whose
+    URL path or query holds a NUL character or more query parameters than
+    ``DATA_UPLOAD_MAX_NUMBER_FIELDS``, is a 400 (JSON for the API) before any view reads
+    it. It reads only the request line and headers, so under ASGI it runs on the event
+    loop."""
 
     if iscoroutinefunction(get_response):
 
@@ -152,27 +153,35 @@ def api_url_check(get_response: Callable[[HttpRequest], Any]) -> Callable[..., A
     return middleware
 
 
-def _url_refusal(request: HttpRequest) -> JsonResponse | None:
-    return _url_problem(request) if request.path.startswith("/api/") else None
+def _url_refusal(request: HttpRequest) -> HttpResponse | None:
+    """The API's refusal as JSON; the console's as a plain-text page (a form's fields are
+    checked by its form, which refuses a NUL character too)."""
+    if request.path.startswith("/api/"):
+        problem = _url_problem(request)
+        return None if problem is None else JsonResponse(error_body(*problem), status=400)
+    if request.path.startswith("/console/"):
+        problem = _url_problem(request)
+        return None if problem is None else HttpResponseBadRequest(problem[1], "text/plain")
+    return None
 
 
-def _url_problem(request: HttpRequest) -> JsonResponse | None:
+def _url_problem(request: HttpRequest) -> tuple[str, str, str | None] | None:
+    """What is wrong with the request line: ``(code, message, field)``."""
     try:
         request.get_host()
     except DisallowedHost:
         message = "the Host header is not one this server answers for (ALLOWED_HOSTS)"
-        return JsonResponse(error_body("bad_request", message, "Host"), status=400)
+        return "bad_request", message, "Host"
     if "\x00" in request.path:
-        message = "the URL path contains a NUL character (%00)"
-        return JsonResponse(error_body("invalid", message, "path"), status=400)
+        return "invalid", "the URL path contains a NUL character (%00)", "path"
     try:
         query = request.GET
     except SuspiciousOperation as error:
-        return JsonResponse(error_body("bad_request", str(error)), status=400)
+        return "bad_request", str(error), None
     for key, values in query.lists():
         if "\x00" in key or any("\x00" in value for value in values):
             message = f"query parameter {key[:100]!r} contains a NUL character (%00)"
-            return JsonResponse(error_body("invalid", message, key[:100]), status=400)
+            return "invalid", message, key[:100]
     return None
 
 
