@@ -12,6 +12,7 @@ from typing import Any
 import django
 from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIHandler
+from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251
 django.setup(set_prefix=False)
@@ -67,6 +68,9 @@ class PooledASGIHandler(ASGIHandler):
 
 
 django_asgi_app = PooledASGIHandler()
+# Every route's views are imported now, as the process starts, not by its first request
+# (which would wait seconds for them: the console's pages import the model providers' SDKs).
+get_resolver().url_patterns  # noqa: B018
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

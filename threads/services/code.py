@@ -263,8 +263,9 @@ async def code_endpoint_run(
     client left) terminates its execution, also one whose start was under way. Raises
     :class:`TemporarilyUnavailable` when no runner came free in time."""
     abort = FlowAbortSignal()
-    slots = code_slots()
     try:
+        # The first call of a process starts its runner pool, which takes a while: off the loop.
+        slots = await sync_to_async(code_slots, thread_sensitive=False)()
         await code_runner_take(slots)
         try:
             start = sync_to_async(code_run, thread_sensitive=False)
