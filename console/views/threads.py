@@ -88,7 +88,8 @@ def threads_page(request: HttpRequest) -> HttpResponse:
     ]
     return page(
         request, "console/thread_list.html",
-        {"filters": filters, "threads": threads, "page": listing, "nav": "threads"},
+        {"filters": filters, "threads": threads, "page": listing, "nav": "threads",
+         "live": {"ticket": reverse("console:tenant-ws-ticket"), "socket": "/ws/events/"}},
     )  # fmt: skip
 
 
@@ -296,6 +297,15 @@ def variable_request_complete_view(
 
 @require_POST
 @console_view(write=False)
+def tenant_ws_ticket(request: HttpRequest) -> HttpResponse:
+    """A one-time ticket for the tenant's socket (``/ws/events/``), which the threads list
+    follows to show status changes and new threads as they happen. Any role."""
+    issued = ws_ticket_issue(principal=console_of(request).principal)
+    return JsonResponse({"ticket": issued.ticket})
+
+
+@require_POST
+@console_view(write=False)
 def ws_ticket(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """A one-time ticket for the thread's socket, standing for this membership (a browser
     cannot send ``X-Tenant`` on a socket). Any role may follow a thread."""
@@ -308,6 +318,7 @@ def ws_ticket(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
 urlpatterns = [
     path("tenant/", tenant_choose, name="tenant-choose"),
     path("", threads_page, name="threads"),
+    path("ws-ticket/", tenant_ws_ticket, name="tenant-ws-ticket"),
     path("threads/new/", thread_new, name="thread-new"),
     path(THREAD, thread_detail, name="thread"),
     path(THREAD + "messages/", message_send, name="message-send"),

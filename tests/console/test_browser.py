@@ -17,6 +17,8 @@ from tests.console.conftest import CAREFUL, CHAT, STREAMED, Team, agents_for, lo
 from tests.factories import make_member, make_tenant
 from tests.live import Live
 from threads.runtime.lifecycle import thread_open
+from threads.services.control import thread_stop
+from threads.services.inbox import message_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -266,3 +268,29 @@ def test_chat_works_with_the_keyboard_alone(page: Any, served: Live, team: Team)
     ).wait_for()
     assert page.evaluate("document.activeElement.name") == "content"
     assert page.get_by_label("Message").input_value() == ""
+
+
+def test_the_threads_list_follows_statuses_and_new_threads_live(
+    page: Any, served: Live, team: Team
+) -> None:
+    thread = thread_open(tenant=team.tenant, agent_name=CHAT)
+    log_in(page, served, team.member)
+    page.goto("/console/")
+    page.locator("#threads-live-status", has_text="Live").wait_for()
+    badge = page.locator(f"tr[data-thread-id='{thread.pk}'] [data-status]")
+    before = badge.inner_text()
+
+    message_queue(thread=thread, role="user", content="be slow")
+    page.wait_for_function(
+        f"() => document.querySelector(\"tr[data-thread-id='{thread.pk}'] [data-status]\")"
+        ".textContent === 'running'"
+    )
+    thread_open(tenant=team.tenant, agent_name=CHAT)
+    page.locator("#new-threads").wait_for()
+    thread_stop(thread=thread)
+    page.get_by_role("link", name="New threads were created: show them").click()
+
+    page.locator("tbody tr[data-thread-id]").nth(1).wait_for()
+    assert before != "running"
+    assert page.locator("tbody tr[data-thread-id]").count() == 2
+    _assert_accessible(page)

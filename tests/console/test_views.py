@@ -237,3 +237,13 @@ def test_an_answer_or_edited_arguments_that_are_not_json_are_refused_naming_the_
     assert answer.status_code == 400
     assert answer.json()["error"]["field"] == field
     assert answer.json()["error"]["message"].startswith(f"{field} is not JSON")
+
+
+def test_any_member_may_follow_the_tenants_threads_live(team: Team) -> None:
+    listing = client_of(team.reader).get(reverse("console:threads")).content.decode()
+
+    answer = client_of(team.reader).post(reverse("console:tenant-ws-ticket"))
+
+    assert answer.status_code == 200
+    assert answer.json()["ticket"]
+    assert '"socket": "/ws/events/"' in listing
