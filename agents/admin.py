@@ -11,7 +11,6 @@ A model's API key is write-only: typed in, stored encrypted, never shown.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -22,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from agents.documents import Strict
+from agents.form_errors import add_definition_problems, add_problem
 from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
 from agents.permission_rules import FIELDS as RULE_FIELDS
 from agents.permission_rules import permission_rule_delete, permission_rule_save
@@ -34,10 +34,6 @@ from tenancy.models import Role, Tenant
 
 class _DryRun(Exception):
     """Rolls back a write made only to validate it."""
-
-
-def _top_field(path: str) -> str:
-    return re.split(r"[.\[]", path, maxsplit=1)[0]
 
 
 class ServiceForm(forms.ModelForm[Any]):
@@ -63,9 +59,7 @@ class ServiceForm(forms.ModelForm[Any]):
 
     def add_problem(self, path: str, message: str) -> None:
         """``message`` at the field ``path`` starts with, else as a form error naming it."""
-        field = _top_field(path)
-        text = f"{path}: {message}" if path else message
-        self.add_error(field if field in self.fields else None, text)
+        add_problem(self, path, message)
 
 
 class DefinitionForm(ServiceForm):
@@ -114,18 +108,9 @@ class DefinitionForm(ServiceForm):
         return cleaned
 
     def _add_domain_error(self, error: DomainError) -> None:
-        details = error.details if isinstance(error.details, list) else None
-        if not details:
-            self.add_problem(error.field or "", error.message)
-            return
         name = self.cleaned_data.get("name")
-        for item in details:
-            kind, owner, path = item.get("kind"), item.get("name"), item.get("path") or ""
-            if kind is None or (kind == SINGULAR[self.kind] and owner == name):
-                self.add_problem(path, item["message"])
-            else:
-                where = f"{kind} {owner!r}: " + (f"{path}: " if path else "")
-                self.add_error(None, where + item["message"])
+        if not add_definition_problems(self, error, kind=SINGULAR[self.kind], name=name):
+            self.add_problem(error.field or "", error.message)
 
 
 class ModelDefinitionForm(DefinitionForm):

@@ -5,7 +5,6 @@ at the field its path starts with (``side_a.prompt`` at ``side_a``)."""
 from __future__ import annotations
 
 import json
-import re
 import types
 from collections.abc import Mapping
 from decimal import Decimal
@@ -15,6 +14,7 @@ from django import forms
 from pydantic import StringConstraints
 from pydantic.fields import FieldInfo
 
+from agents.form_errors import add_definition_problems, top_field
 from agents.models import DEFINITION_MODELS
 from agents.services import KEEP
 from agents.validation import SINGULAR, Kind
@@ -24,11 +24,6 @@ from common.errors import DomainError, ValidationFailed
 LONG_TEXT = 200
 API_KEY = "api_key"
 REMOVE_API_KEY = "remove_api_key"
-
-
-def top_field(path: str) -> str:
-    """The document field a problem's path starts with: ``tools[0].name`` -> ``tools``."""
-    return re.split(r"[.\[]", path, maxsplit=1)[0]
 
 
 def _unwrapped(annotation: Any) -> tuple[Any, bool]:
@@ -191,27 +186,12 @@ class DefinitionForm(forms.Form):
             return None
         return self.cleaned_data.get(API_KEY) or KEEP
 
-    def add_problem(self, path: str, message: str) -> None:
-        """``message`` at the field ``path`` starts with (naming the path), else at the top."""
-        field = top_field(path)
-        text = f"{path}: {message}" if path else message
-        self.add_error(field if field in self.fields else None, text)
-
     def add_domain_error(self, error: DomainError, *, name: str | None) -> None:
         """A service's refusal: each problem in ``details`` at its field (a problem of
         another definition, named, at the top), else the message at ``error.field``."""
-        details = error.details if isinstance(error.details, list) else []
-        if not details:
+        if not add_definition_problems(self, error, kind=SINGULAR[self.kind], name=name):
             field = top_field(error.field or "")
             self.add_error(field if field in self.fields else None, error.message)
-            return
-        for item in details:
-            kind, owner, path = item.get("kind"), item.get("name"), item.get("path") or ""
-            if kind is None or (kind == SINGULAR[self.kind] and owner == name):
-                self.add_problem(path, item["message"])
-            else:
-                where = f"{kind} {owner!r}: " + (f"{path}: " if path else "")
-                self.add_error(None, where + item["message"])
 
 
 class BundleForm(forms.Form):
