@@ -4,6 +4,8 @@ one transaction per write it must commit on its own."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -40,6 +42,23 @@ def test_opening_a_thread_and_submitting_a_turn_take_one_short_transaction_each(
     assert list(events.values_list("type", flat=True)) == [
         "thread.created", "thread.status", "queue.changed",
     ]  # fmt: skip
+
+
+def test_opening_a_thread_through_the_api_reads_no_counts_of_a_thread_just_made(
+    engine: Engine, client_for: Any
+) -> None:
+    """A new thread nothing else wrote to has none of anything: no COUNT statement."""
+    engine.define(prompts=[prompt("p")], agents=[{"name": "chat", "side_a": {"prompt": "p"}}])
+    client = client_for(engine.tenant)
+    assert client.post("/api/v1/threads", {"agent": "chat"}, format="json").status_code == 201
+    subscriptions(engine.tenant.pk)
+
+    with CaptureQueriesContext(connection) as opened:
+        created = client.post("/api/v1/threads", {"agent": "chat"}, format="json")
+
+    assert created.status_code == 201
+    assert created.json()["counts"] == {"messages": 0, "logs": 0, "files": 0, "children": 0}
+    assert [sql for sql in opened.captured_queries if "count(" in sql["sql"].lower()] == []
 
 
 def _transactions(statements: list[str]) -> list[list[str]]:

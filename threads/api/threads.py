@@ -18,7 +18,7 @@ from threads.api.run_outputs import (
 )
 from threads.events import session_id_of
 from threads.models import EnvType, RunStatus, Thread
-from threads.runtime.lifecycle import thread_open
+from threads.runtime.lifecycle import thread_open_counted
 from threads.services.env import EnvInput
 from threads.services.threads import (
     thread_counts,
@@ -230,7 +230,7 @@ class ThreadViewSet(TenantScopedViewSet):
         payload = ThreadCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        thread = thread_open(
+        thread, counts = thread_open_counted(
             tenant=self.principal.tenant,
             agent_name=data["agent"],
             user_id=data.get("user_id", ""),
@@ -238,9 +238,7 @@ class ThreadViewSet(TenantScopedViewSet):
             metadata=data.get("metadata"),
             env=data.get("env"),
         )
-        return Response(
-            thread_json(thread, counts=thread_counts(thread=thread)), status=status.HTTP_201_CREATED
-        )
+        return Response(thread_json(thread, counts=counts), status=status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Get a thread and its read model", responses=ThreadReadSerializer,

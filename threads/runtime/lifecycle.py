@@ -17,7 +17,7 @@ from threads.runtime.definitions import FlowDefinitions
 from threads.runtime.hooks import thread_hooks
 from threads.runtime.spawn import immediate_entries, immediate_submit
 from threads.services.env import EnvInput
-from threads.services.threads import thread_create
+from threads.services.threads import NO_COUNTS, thread_counts, thread_create
 from threads.services.variables import required_variables_check
 from threads.state import ThreadState
 
@@ -35,10 +35,31 @@ def thread_open(
     variable is missing), :func:`thread_create`, then ``after_thread_created``: a failing hook
     is logged and does not undo the thread; a turn spawns the agent's immediate subagents."""
     with definitions_scope():  # one read of the definitions version for all of it
-        return _thread_open(
+        thread, _bare = _thread_open(
             tenant=tenant, agent_name=agent_name, user_id=user_id, tags=tags, metadata=metadata,
             env=env,
         )  # fmt: skip
+    return thread
+
+
+def thread_open_counted(
+    *,
+    tenant: Tenant,
+    agent_name: str,
+    user_id: str = "",
+    tags: Sequence[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    env: Mapping[str, EnvInput] | None = None,
+) -> tuple[Thread, dict[str, int]]:
+    """:func:`thread_open`, and the new thread's counts (:func:`thread_counts`): all zero
+    without reading them unless its ``after_thread_created`` hooks ran or it spawned
+    subagents, which may have written to it."""
+    with definitions_scope():
+        thread, bare = _thread_open(
+            tenant=tenant, agent_name=agent_name, user_id=user_id, tags=tags, metadata=metadata,
+            env=env,
+        )  # fmt: skip
+    return thread, dict(NO_COUNTS) if bare else thread_counts(thread=thread)
 
 
 def _thread_open(
@@ -49,15 +70,18 @@ def _thread_open(
     tags: Sequence[str],
     metadata: Mapping[str, Any] | None,
     env: Mapping[str, EnvInput] | None,
-) -> Thread:
+) -> tuple[Thread, bool]:
+    """The thread, and whether it is bare: no hook ran and no subagent was submitted."""
     required_variables_check(tenant=tenant, agent_name=agent_name, env=env or {})
     with transaction.atomic():
         thread = thread_create(
             tenant=tenant, agent_name=agent_name, user_id=user_id, tags=tags,
             metadata=metadata, env=env,
         )  # fmt: skip
-        thread_hooks(ThreadState(thread)).notify(HookName.AFTER_THREAD_CREATED)
+        hooks = thread_hooks(ThreadState(thread))
+        hooks.notify(HookName.AFTER_THREAD_CREATED)
         agent = FlowDefinitions(tenant=tenant, model_env=lambda _name: None).agent(agent_name)
-        if agent is not None and immediate_entries(agent, tenant):
+        spawns = agent is not None and bool(immediate_entries(agent, tenant))
+        if spawns:
             immediate_submit(thread)  # its immediate subagents start now (DIGEST §6.5)
-    return thread
+    return thread, not spawns and not hooks.has(HookName.AFTER_THREAD_CREATED)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
@@ -159,6 +160,10 @@ _COUNTS = (
     "(SELECT count(*) FROM threads_threadfile WHERE thread_id = %(id)s), "
     "(SELECT count(*) FROM threads_thread WHERE parent_id = %(id)s)"
 )
+
+
+# The counts of a thread nothing has written to yet.
+NO_COUNTS: Final = MappingProxyType({"messages": 0, "logs": 0, "files": 0, "children": 0})
 
 
 def thread_counts(*, thread: Thread) -> dict[str, int]:

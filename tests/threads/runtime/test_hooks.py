@@ -59,6 +59,27 @@ def test_after_thread_created_runs_once_when_a_thread_is_opened_through_the_api(
     assert opened == [(created.json()["id"], PROMPT_SOURCE)]
 
 
+def test_a_thread_opened_through_the_api_counts_what_its_creation_hooks_wrote(
+    engine: Engine, client_for: Any
+) -> None:
+    @hook(HookName.AFTER_THREAD_CREATED, id="greet")
+    def greet(state: ThreadState, context: Any) -> None:
+        state.inject_message(role="assistant", content="Welcome.")
+
+    engine.define(
+        prompts=[prompt("greeter", hooks=["greet"]), prompt("plain")],
+        agents=[{"name": "greeter", "side_a": {"prompt": "greeter"}},
+                {"name": "plain", "side_a": {"prompt": "plain"}}],
+    )  # fmt: skip
+    client = client_for(engine.tenant)
+    greeted = client.post("/api/v1/threads", {"agent": "greeter"}, format="json")
+    plain = client.post("/api/v1/threads", {"agent": "plain"}, format="json")
+
+    assert greeted.status_code == plain.status_code == 201
+    assert greeted.json()["counts"]["messages"] == 1
+    assert plain.json()["counts"] == {"messages": 0, "logs": 0, "files": 0, "children": 0}
+
+
 # Context assembly -------------------------------------------------------------------------------
 
 
