@@ -8,6 +8,11 @@ one per event loop) that sets the events of the callers waiting on that thread. 
 registers, makes sure the subscription is live, and only then reads its turn, so an end
 committed after that read is always heard of; a notice lost with a Redis restart only
 delays it until the waiter's next read (``RECHECK_S`` in :mod:`threads.api.turns`).
+
+A waiter that already knows its turn had not ended at some moment (it submitted the turn,
+or read it) skips that first read when :meth:`Waiters.quiet_since` says no notice could
+have slipped by since: the subscription has been live since before that moment, and none
+named the thread after it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Collection, Iterator
@@ -34,6 +40,8 @@ READY_WAIT_S = 1.0
 # A subscription nobody waits on is kept this long, so a process serving one wait after
 # another subscribes once.
 KEEP_S = 300.0
+# How long the moment of the last notice naming a thread is remembered (quiet_since).
+HEARD_KEEP_S = 60.0
 
 
 def _redis() -> aioredis.Redis:
@@ -67,6 +75,11 @@ class Waiters:
         self.waiting: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self.subscribed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        # time.monotonic() when the subscription became live (None while it is not), and
+        # when a notice last named each thread (the last HEARD_KEEP_S seconds).
+        self.live_since: float | None = None
+        self.heard: dict[str, float] = {}
+        self._pruned = time.monotonic()
 
     @contextlib.contextmanager
     def registered(self, thread_id: str) -> Iterator[asyncio.Event]:
@@ -94,6 +107,19 @@ class Waiters:
                 await asyncio.wait_for(self.subscribed.wait(), READY_WAIT_S)
         return self.subscribed.is_set()
 
+    def quiet_since(self, thread_id: str, moment: float) -> bool:
+        """Whether every notice naming ``thread_id`` after ``moment`` (``time.monotonic()``)
+        is still to come: the subscription has been live since before it and none named the
+        thread since. A turn of the thread that had not ended at ``moment`` has not ended
+        since, or its end's notice will wake a waiter registered now."""
+        live = self.live_since
+        return (
+            live is not None
+            and live <= moment
+            and moment >= time.monotonic() - HEARD_KEEP_S
+            and self.heard.get(thread_id, moment - 1.0) < moment
+        )
+
     async def _listen(self) -> None:
         """Subscribe and dispatch notices until nobody waited for ``KEEP_S``; reconnect
         after a failure."""
@@ -104,6 +130,7 @@ class Waiters:
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(CHANNEL)
+                    self.live_since = time.monotonic()
                     self.subscribed.set()
                     while self.waiting or loop.time() - busy < KEEP_S:
                         message = await pubsub.get_message(timeout=1.0)
@@ -115,14 +142,20 @@ class Waiters:
                 logger.warning("turn signals: subscription lost (%s); reconnecting", error)
                 await asyncio.sleep(RECONNECT_S)
             finally:
+                self.live_since = None
                 self.subscribed.clear()
                 await client.aclose()
 
     def _wake(self, data: Any) -> None:
         text = data.decode() if isinstance(data, bytes) else str(data)
+        now = time.monotonic()
         for thread_id in text.split():
+            self.heard[thread_id] = now
             for woken in self.waiting.get(thread_id, ()):
                 woken.set()
+        if now - self._pruned > HEARD_KEEP_S:
+            self.heard = {key: at for key, at in self.heard.items() if now - at <= HEARD_KEEP_S}
+            self._pruned = now
 
 
 _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Waiters] = (

@@ -40,6 +40,67 @@ async def test_a_notice_wakes_the_waiters_of_the_threads_it_names_only() -> None
     assert "thread-a" not in signals.waiting  # nobody waits on it any more
 
 
+async def test_a_thread_is_quiet_since_a_moment_when_no_notice_named_it_after() -> None:
+    signals = turn_signals.waiters()
+    before_live = time.monotonic()
+    with signals.registered("thread-q"):
+        assert await signals.ready()
+        assert not signals.quiet_since("thread-q", before_live)  # notices could slip by
+        moment = time.monotonic()
+        assert signals.quiet_since("thread-q", moment)
+        broadcast_many([], wake=["thread-q"])
+        for _ in range(50):  # the notice comes back through Redis
+            if not signals.quiet_since("thread-q", moment):
+                break
+            await asyncio.sleep(0.1)
+        assert not signals.quiet_since("thread-q", moment)
+        assert signals.quiet_since("thread-other", moment)
+        assert signals.quiet_since("thread-q", time.monotonic())
+        assert not signals.quiet_since("thread-q", moment - turn_signals.HEARD_KEEP_S)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_wait_on_a_live_subscription_reads_its_turn_only_once_it_is_woken(
+    thread: Thread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn was read queued when the request began and no notice named its thread
+    since: the first read would find it queued, so the wait goes straight to listening."""
+    monkeypatch.setattr(turns_api, "RECHECK_S", 60.0)
+    reads: list[bool] = []
+    body_once_ended = turns_api._body_once_ended
+
+    def counted(turn: Turn, *, woken: bool = False) -> bytes | None:
+        reads.append(woken)
+        return body_once_ended(turn, woken=woken)
+
+    monkeypatch.setattr(turns_api, "_body_once_ended", counted)
+    key = await database_sync_to_async(lambda: make_api_key(thread.tenant, role=Role.MEMBER))()
+    turn = await database_sync_to_async(
+        lambda: message_queue(thread=thread, content="hi", role="user", wake=False)
+    )()
+
+    async def wait() -> bytes:
+        response = await AsyncClient().get(
+            f"/api/v1/turns/{turn.pk}/wait?timeout=30",
+            headers={"Authorization": f"Bearer {key.secret}"},
+        )
+        return b"".join([part async for part in response.streaming_content])  # type: ignore[attr-defined]
+
+    signals = turn_signals.waiters()
+    with signals.registered("someone-else"):  # the process listens already
+        assert await signals.ready()
+        waiting = asyncio.create_task(wait())
+        await asyncio.sleep(0.5)
+        assert str(thread.pk) in signals.waiting  # it listens
+        assert reads == []  # and has not read
+        await database_sync_to_async(lambda: turn_remove(thread=thread, turn=turn))()
+        body = json.loads(await asyncio.wait_for(waiting, 10))
+
+    assert (body["done"], body["turn"]["status"]) == (True, "cancelled")
+    assert reads == [True]  # one read, after the notice
+    assert broadcast_flush()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_wait_answers_as_soon_as_the_turn_ends_not_at_its_next_read(
     thread: Thread, monkeypatch: pytest.MonkeyPatch

@@ -321,13 +321,15 @@ WAIT_ANSWER = OpenApiResponse(
 )
 
 
-def _waited(request: Request, turn: Turn, timeout: float) -> HttpResponseBase:
+def _waited(request: Request, turn: Turn, timeout: float, since: float) -> HttpResponseBase:
     """The wait's answer for ``turn``: at once when it is terminal, else a body written on
-    the event loop (under ASGI) once it is or ``timeout`` seconds passed."""
+    the event loop (under ASGI) once it is or ``timeout`` seconds passed. ``since``
+    (``time.monotonic()``) is no later than the read or write that gave ``turn`` its
+    status."""
     if turn.status in _ANSWERED:  # nothing to wait for
         return HttpResponse(_answer(turn), content_type="application/json")
     content = (
-        _wait_async(turn, timeout)
+        _wait_async(turn, timeout, since)
         if isinstance(request._request, ASGIRequest)
         else _wait_sync(turn, timeout)
     )
@@ -344,9 +346,10 @@ class TurnWaitView(TurnScopedView):
         (``waiting_permission``/``waiting_input``: the answer lists its pending ``actions``)
         or ``timeout`` seconds (default 30, at most 600) pass, then answer the turn, the
         messages it wrote and ``done``."""
+        since = time.monotonic()
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return _waited(request, self.turn(), float(query.validated_data["timeout"]))
+        return _waited(request, self.turn(), float(query.validated_data["timeout"]), since)
 
 
 class ThreadTurnsWaitView(ThreadScopedView):
@@ -362,27 +365,34 @@ class ThreadTurnsWaitView(ThreadScopedView):
         …/turns``, the answer of ``GET /turns/{id}/wait`` (``timeout`` seconds, default 30,
         at most 600; ``done`` is false when it passed first and the turn runs on). A repeat
         with the same ``Idempotency-Key`` waits for the first request's turn."""
+        since = time.monotonic()
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         submitted, turn = _submit(self, request)
-        response = _waited(request, turn, float(query.validated_data["timeout"]))
+        response = _waited(request, turn, float(query.validated_data["timeout"]), since)
         if replayed := submitted.get("Idempotent-Replayed"):
             response["Idempotent-Replayed"] = replayed
         return response
 
 
-async def _wait_async(turn: Turn, timeout: float) -> AsyncIterator[bytes]:
+async def _wait_async(turn: Turn, timeout: float, since: float) -> AsyncIterator[bytes]:
     """Read the turn whenever a notice says a turn of its thread may have ended
-    (:mod:`threads.turn_signals`), at least every ``RECHECK_S``."""
+    (:mod:`threads.turn_signals`), at least every ``RECHECK_S``. The first read is skipped
+    when the turn had not ended at ``since`` and no notice can have slipped by since."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     signals = turn_signals.waiters()
-    with signals.registered(str(turn.thread_id)) as woken:
+    thread_id = str(turn.thread_id)
+    with signals.registered(thread_id) as woken:
         await signals.ready()  # registered first: an end committed after the read wakes us
-        noticed = False
+        unread = signals.quiet_since(thread_id, since)  # it has not ended: nothing to read
+        noticed, body = False, None
         while True:
-            woken.clear()
-            body = await database_sync_to_async(_body_once_ended)(turn, woken=noticed)
+            if unread:
+                body, unread = None, False
+            else:
+                woken.clear()
+                body = await database_sync_to_async(_body_once_ended)(turn, woken=noticed)
             remaining = deadline - loop.time()
             if body is not None or remaining <= 0:
                 break
