@@ -59,6 +59,25 @@ async def test_a_thread_is_quiet_since_a_moment_when_no_notice_named_it_after() 
         assert not signals.quiet_since("thread-q", moment - turn_signals.HEARD_KEEP_S)
 
 
+async def _queued_wait(thread: Thread) -> tuple[Turn, asyncio.Task[bytes]]:
+    """A turn queued on ``thread`` (no worker takes it), and a task waiting for it through
+    ``GET /turns/{id}/wait`` (its body, once answered)."""
+    key = await database_sync_to_async(lambda: make_api_key(thread.tenant, role=Role.MEMBER))()
+    turn = await database_sync_to_async(
+        lambda: message_queue(thread=thread, content="hi", role="user", wake=False)
+    )()
+
+    async def wait() -> bytes:
+        response = await AsyncClient().get(
+            f"/api/v1/turns/{turn.pk}/wait?timeout=30",
+            headers={"Authorization": f"Bearer {key.secret}"},
+        )
+        assert response.status_code == 200
+        return b"".join([part async for part in response.streaming_content])  # type: ignore[attr-defined]
+
+    return turn, asyncio.create_task(wait())
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_wait_on_a_live_subscription_reads_its_turn_only_once_it_is_woken(
     thread: Thread, monkeypatch: pytest.MonkeyPatch
@@ -74,22 +93,10 @@ async def test_a_wait_on_a_live_subscription_reads_its_turn_only_once_it_is_woke
         return body_once_ended(turn, woken=woken)
 
     monkeypatch.setattr(turns_api, "_body_once_ended", counted)
-    key = await database_sync_to_async(lambda: make_api_key(thread.tenant, role=Role.MEMBER))()
-    turn = await database_sync_to_async(
-        lambda: message_queue(thread=thread, content="hi", role="user", wake=False)
-    )()
-
-    async def wait() -> bytes:
-        response = await AsyncClient().get(
-            f"/api/v1/turns/{turn.pk}/wait?timeout=30",
-            headers={"Authorization": f"Bearer {key.secret}"},
-        )
-        return b"".join([part async for part in response.streaming_content])  # type: ignore[attr-defined]
-
     signals = turn_signals.waiters()
     with signals.registered("someone-else"):  # the process listens already
         assert await signals.ready()
-        waiting = asyncio.create_task(wait())
+        turn, waiting = await _queued_wait(thread)
         await asyncio.sleep(0.5)
         assert str(thread.pk) in signals.waiting  # it listens
         assert reads == []  # and has not read
@@ -106,20 +113,7 @@ async def test_a_wait_answers_as_soon_as_the_turn_ends_not_at_its_next_read(
     thread: Thread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(turns_api, "RECHECK_S", 60.0)  # only a notice can end the wait early
-    key = await database_sync_to_async(lambda: make_api_key(thread.tenant, role=Role.MEMBER))()
-    turn = await database_sync_to_async(
-        lambda: message_queue(thread=thread, content="hi", role="user", wake=False)
-    )()
-
-    async def wait() -> bytes:
-        response = await AsyncClient().get(
-            f"/api/v1/turns/{turn.pk}/wait?timeout=30",
-            headers={"Authorization": f"Bearer {key.secret}"},
-        )
-        assert response.status_code == 200
-        return b"".join([part async for part in response.streaming_content])  # type: ignore[attr-defined]
-
-    waiting = asyncio.create_task(wait())
+    turn, waiting = await _queued_wait(thread)
     await asyncio.sleep(0.5)  # the wait has read the turn (still queued) and listens
     assert not waiting.done()
 
