@@ -12,7 +12,9 @@ delays it until the waiter's next read (``RECHECK_S`` in :mod:`threads.api.turns
 A waiter that already knows its turn had not ended at some moment (it submitted the turn,
 or read it) skips that first read when :meth:`Waiters.quiet_since` says no notice could
 have slipped by since: the subscription has been live since before that moment, and none
-named the thread after it.
+named the thread after it. (Live means, as for :meth:`Waiters.ready`, that the SUBSCRIBE
+was sent; a notice published in the instant before Redis applies it is lost like any other,
+and the waiter reads its turn at its next ``RECHECK_S``.)
 """
 
 from __future__ import annotations
