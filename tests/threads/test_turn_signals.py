@@ -8,6 +8,7 @@ import time
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
 from django.test import AsyncClient
 
 from tenancy.models import Role
@@ -59,6 +60,13 @@ async def test_a_thread_is_quiet_since_a_moment_when_no_notice_named_it_after() 
         assert not signals.quiet_since("thread-q", moment - turn_signals.HEARD_KEEP_S)
 
 
+def _checked_out() -> int:
+    """Connections taken from this process's pool and not given back."""
+    pool = getattr(connection, "pool")  # noqa: B009 - the PostgreSQL backend's, unknown to the stubs
+    stats = pool.get_stats()
+    return int(stats["pool_size"]) - int(stats["pool_available"])
+
+
 async def _queued_wait(thread: Thread) -> tuple[Turn, asyncio.Task[bytes]]:
     """A turn queued on ``thread`` (no worker takes it), and a task waiting for it through
     ``GET /turns/{id}/wait`` (its body, once answered)."""
@@ -96,10 +104,12 @@ async def test_a_wait_on_a_live_subscription_reads_its_turn_only_once_it_is_woke
     signals = turn_signals.waiters()
     with signals.registered("someone-else"):  # the process listens already
         assert await signals.ready()
+        held = _checked_out()  # this test's own
         turn, waiting = await _queued_wait(thread)
         await asyncio.sleep(0.5)
         assert str(thread.pk) in signals.waiting  # it listens
         assert reads == []  # and has not read
+        assert _checked_out() == held  # nor holds a database connection while it waits
         await database_sync_to_async(lambda: turn_remove(thread=thread, turn=turn))()
         body = json.loads(await asyncio.wait_for(waiting, 10))
 

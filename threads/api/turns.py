@@ -19,6 +19,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
 from django.db.models import Max, Min, Q
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
@@ -328,12 +329,13 @@ def _waited(request: Request, turn: Turn, timeout: float, since: float) -> HttpR
     status."""
     if turn.status in _ANSWERED:  # nothing to wait for
         return HttpResponse(_answer(turn), content_type="application/json")
-    content = (
-        _wait_async(turn, timeout, since)
-        if isinstance(request._request, ASGIRequest)
-        else _wait_sync(turn, timeout)
-    )
-    return StreamingHttpResponse(content, content_type="application/json")
+    if not isinstance(request._request, ASGIRequest):
+        return StreamingHttpResponse(_wait_sync(turn, timeout), content_type="application/json")
+    # The wait holds no connection: this thread's goes back to the pool now (a read after a
+    # notice takes one), or concurrent waits would starve the other requests of the pool.
+    if not connection.in_atomic_block:
+        connection.close()
+    return StreamingHttpResponse(_wait_async(turn, timeout, since), content_type="application/json")
 
 
 class TurnWaitView(TurnScopedView):
