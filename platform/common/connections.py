@@ -22,7 +22,13 @@ def connection_returned(function: Callable[P, R]) -> Callable[P, Coroutine[Any, 
         try:
             return function(*args, **kwargs)
         finally:
-            if not connection.in_atomic_block:
-                connection.close()
+            connection_release()
 
     return sync_to_async(step)
+
+
+def connection_release() -> None:
+    """Give this thread's database connection back to the pool (the next query takes one
+    again), unless it is inside a transaction (a test's), which closing would break."""
+    if not connection.in_atomic_block:
+        connection.close()

@@ -19,7 +19,6 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
 from django.db.models import Max, Min, Q
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
@@ -29,6 +28,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.connections import connection_release
 from common.pagination import PAGE_PARAMETERS, paginate_page
 from common.schema import error_response, page_of
 from threads import turn_signals
@@ -333,8 +333,7 @@ def _waited(request: Request, turn: Turn, timeout: float, since: float) -> HttpR
         return StreamingHttpResponse(_wait_sync(turn, timeout), content_type="application/json")
     # The wait holds no connection: this thread's goes back to the pool now (a read after a
     # notice takes one), or concurrent waits would starve the other requests of the pool.
-    if not connection.in_atomic_block:
-        connection.close()
+    connection_release()
     return StreamingHttpResponse(_wait_async(turn, timeout, since), content_type="application/json")
 
 
