@@ -1,5 +1,5 @@
 // The console's shared helpers: posting a form's fields the way the pages' forms would,
-// asking for JSON so the page can update in place.
+// asking for JSON so the page can update in place, and reading the events socket's frames.
 "use strict";
 
 window.Console = (function () {
@@ -34,5 +34,14 @@ window.Console = (function () {
     return error ? error.message : "Request failed (" + result.status + ")";
   }
 
-  return { post: post, csrfToken: csrfToken, errorText: errorText };
+  // The event a socket frame carries (docs/events.md), or null when it is not JSON.
+  function frameEvent(frame) {
+    try {
+      return JSON.parse(frame.data);
+    } catch (error) {
+      return null;
+    }
+  }
+
+  return { post: post, csrfToken: csrfToken, errorText: errorText, frameEvent: frameEvent };
 })();

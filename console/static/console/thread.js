@@ -327,12 +327,8 @@
   };
 
   function receive(frame) {
-    let event;
-    try {
-      event = JSON.parse(frame.data);
-    } catch (error) {
-      return;
-    }
+    const event = Console.frameEvent(frame);
+    if (!event) return;
     if (event.type === "pong") return;
     if (event.sequence !== null && event.sequence !== undefined) {
       if (event.sequence <= lastSequence) return;

@@ -19,12 +19,8 @@
   }
 
   function receive(frame) {
-    let event;
-    try {
-      event = JSON.parse(frame.data);
-    } catch (error) {
-      return;
-    }
+    const event = Console.frameEvent(frame);
+    if (!event) return;
     if (event.type === "thread.status") showStatus(event.thread_id, event.payload.status);
     else if (event.type === "thread.created") created.hidden = false;
   }
