@@ -7,7 +7,7 @@ are broadcast, the broadcaster also publishes the thread's id on :data:`CHANNEL`
 one per event loop) that sets the events of the callers waiting on that thread. A waiter
 registers, makes sure the subscription is live, and only then reads its turn, so an end
 committed after that read is always heard of; a notice lost with a Redis restart only
-delays it until the waiter's next read (``RECHECK_S`` in :mod:`threads.api.turns`).
+delays it until the waiter's next read (``RECHECK_S`` in :mod:`threads.api.turn_wait`).
 
 A waiter that already knows its turn had not ended at some moment (it submitted the turn,
 or read it) skips that first read when :meth:`Waiters.quiet_since` says no notice could

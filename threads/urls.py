@@ -12,6 +12,8 @@ from threads.api import (
     logs,
     messages,
     subagents,
+    turn_stream,
+    turn_wait,
     turns,
     values,
 )
@@ -34,6 +36,7 @@ thread_routes = [
     *endpoints.urlpatterns,
     *code.urlpatterns,
     *turns.urlpatterns,
+    *turn_wait.urlpatterns,
     *subagents.urlpatterns,
     *actions.urlpatterns,
     *effects.urlpatterns,
@@ -43,5 +46,7 @@ urlpatterns = [
     *env.tenant_urlpatterns,
     *router.urls,
     *turns.turn_urlpatterns,
+    *turn_wait.turn_urlpatterns,
+    *turn_stream.turn_urlpatterns,
     path("threads/<uuid:thread_id>/", include(thread_routes)),
 ]

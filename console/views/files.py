@@ -27,7 +27,7 @@ from common.errors import DomainError, NotFound
 from common.time import from_us
 from console.scope import console_of, console_view
 from console.views.common import THREAD, answer, refuse_at_field, tenant_thread, thread_page
-from threads.api.files import file_download_response
+from threads.api.file_transfer import file_download_response
 from threads.models import Thread, ThreadFile
 from threads.services.files import (
     MAX_FILE_BYTES,

@@ -14,7 +14,7 @@ from django.test import AsyncClient
 from tenancy.models import Role
 from tests.factories import make_api_key
 from threads import turn_signals
-from threads.api import turns as turns_api
+from threads.api import turn_wait
 from threads.broadcast import broadcast_flush, broadcast_many
 from threads.models import Thread, Turn
 from threads.services.inbox import message_queue
@@ -92,15 +92,15 @@ async def test_a_wait_on_a_live_subscription_reads_its_turn_only_once_it_is_woke
 ) -> None:
     """The turn was read queued when the request began and no notice named its thread
     since: the first read would find it queued, so the wait goes straight to listening."""
-    monkeypatch.setattr(turns_api, "RECHECK_S", 60.0)
+    monkeypatch.setattr(turn_wait, "RECHECK_S", 60.0)
     reads: list[bool] = []
-    body_once_ended = turns_api._body_once_ended
+    body_once_ended = turn_wait._body_once_ended
 
     def counted(turn: Turn, *, woken: bool = False) -> bytes | None:
         reads.append(woken)
         return body_once_ended(turn, woken=woken)
 
-    monkeypatch.setattr(turns_api, "_body_once_ended", counted)
+    monkeypatch.setattr(turn_wait, "_body_once_ended", counted)
     signals = turn_signals.waiters()
     with signals.registered("someone-else"):  # the process listens already
         assert await signals.ready()
@@ -122,7 +122,7 @@ async def test_a_wait_on_a_live_subscription_reads_its_turn_only_once_it_is_woke
 async def test_a_wait_answers_as_soon_as_the_turn_ends_not_at_its_next_read(
     thread: Thread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(turns_api, "RECHECK_S", 60.0)  # only a notice can end the wait early
+    monkeypatch.setattr(turn_wait, "RECHECK_S", 60.0)  # only a notice can end the wait early
     turn, waiting = await _queued_wait(thread)
     await asyncio.sleep(0.5)  # the wait has read the turn (still queued) and listens
     assert not waiting.done()

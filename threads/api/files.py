@@ -29,55 +29,56 @@ Both stream to storage: a raw body is read in chunks, multipart files past
 ``Content-Type: application/json`` is a command (only ``{"type": "directory"}``); upload JSON
 files with ``PUT``.
 
-Downloads stream (never the whole file in memory), carry ``Content-Length``,
-``Accept-Ranges: bytes`` and ``Content-Disposition: attachment``, and honour a single
-``Range`` (``bytes=a-b``, ``bytes=a-``, ``bytes=-n`` → 206 with ``Content-Range``;
-unsatisfiable → 416). A malformed or multi-range header is ignored (200, whole file).
+Downloads stream (never the whole file in memory; :mod:`threads.api.file_transfer`),
+carry ``Content-Length``, ``Accept-Ranges: bytes`` and ``Content-Disposition: attachment``,
+and honour a single ``Range`` (``bytes=a-b``, ``bytes=a-``, ``bytes=-n`` → 206 with
+``Content-Range``; unsatisfiable → 416). A malformed or multi-range header is ignored (200,
+whole file).
 
-FileRecord JSON is snake_case (:class:`FileRecordSerializer`): ``path, name, mime_type,
-storage, size, is_directory, metadata, width, height, created_at, updated_at`` (µs). A bad
-path is a 400 naming ``path``; a file over the cap is a 413 naming ``MAX_FILE_BYTES``.
+FileRecord JSON is snake_case (:class:`threads.api.file_schema.FileRecordSerializer`):
+``path, name, mime_type, storage, size, is_directory, metadata, width, height, created_at,
+updated_at`` (µs). A bad path is a 400 naming ``path``; a file over the cap is a 413 naming
+``MAX_FILE_BYTES``.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import AsyncIterator, Iterator
-from typing import IO, Any, cast
+from typing import Any, cast
 
-from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import path
-from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    PolymorphicProxySerializer,
-    extend_schema,
-)
-from rest_framework import serializers, status
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from common.api import error_body
 from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.pagination import PAGE_PARAMETERS, paginate
-from common.schema import PageSerializer, error_response, page_of
+from common.schema import error_response, page_of
 from threads.api.base import ThreadScopedView
-from threads.models import ThreadFile
+from threads.api.file_schema import (
+    READ_DESCRIPTION,
+    READ_PARAMETERS,
+    READ_RESPONSES,
+    UPLOAD_DESCRIPTION,
+    WRITE_RESPONSES,
+    DirectorySerializer,
+    FileSearchResultSerializer,
+    FileStatsSerializer,
+    file_json,
+    found_json,
+    grep_json,
+)
+from threads.api.file_transfer import content_length, file_download_response, raw_body
 from threads.services.files import (
     MAX_FILE_BYTES,
     MAX_GREP_LIMIT,
     MAX_THUMBNAIL_SIDE,
-    FileStats,
     FindType,
-    GrepMatch,
-    GrepResult,
     file_find,
     file_grep,
     file_mkdir,
@@ -93,79 +94,8 @@ from threads.services.files import (
     thumbnail_mime_type,
 )
 
-DOWNLOAD_CHUNK = 256 * 1024
-UPLOAD_CHUNK = 1024 * 1024
 MAX_COMMAND_BYTES = 64 * 1024  # a JSON command body (mkdir)
 DEFAULT_MAX_MATCHES = 100  # matching lines one grep collects
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-
-
-# Outputs ---------------------------------------------------------------------------------
-
-
-class FileRecordSerializer(serializers.Serializer[ThreadFile]):
-    """A file or directory of a thread's file system: where it is, what it is, and its
-    size and metadata (never its bytes). Times are microseconds since the Unix epoch."""
-
-    path = serializers.CharField(help_text="leading `/`, no trailing `/`; the root is `/`")
-    name = serializers.CharField(help_text="the last segment of `path` (blank for the root)")
-    mime_type = serializers.CharField(help_text="the file's media type (blank for directories)")
-    storage = serializers.CharField(help_text="where the bytes are kept (`local`)")
-    size = serializers.IntegerField(help_text="bytes (0 for directories)")
-    is_directory = serializers.BooleanField()
-    metadata = serializers.DictField(help_text="the JSON object given at upload")
-    width = serializers.IntegerField(allow_null=True, help_text="pixels, for images")
-    height = serializers.IntegerField(allow_null=True, help_text="pixels, for images")
-    created_at = serializers.IntegerField()
-    updated_at = serializers.IntegerField(help_text="the last upload that replaced the bytes")
-
-
-class DirectorySerializer(PageSerializer):
-    """One page of a directory's entries, by path, in the list shape, with the
-    directory's `path`."""
-
-    results = FileRecordSerializer(many=True)
-    path = serializers.CharField(help_text="the directory listed")
-
-
-class GrepMatchSerializer(serializers.Serializer[GrepMatch]):
-    """One matching line of a file."""
-
-    line = serializers.IntegerField(help_text="1-based")
-    content = serializers.CharField(
-        help_text="the line, without its line break, cut to 1,000 characters"
-    )
-
-
-class FileSearchResultSerializer(serializers.Serializer[Any]):
-    """A path that `fs-search` found: with `grep`, a file and its matching lines; with
-    `find`, a file or directory whose path matches the glob (`path` alone)."""
-
-    path = serializers.CharField()
-    matches = GrepMatchSerializer(
-        many=True, required=False, help_text="with `grep`: the matching lines, in order"
-    )
-
-
-class FileStatsSerializer(serializers.Serializer[FileStats]):
-    """The totals of a thread's file system."""
-
-    file_count = serializers.IntegerField()
-    directory_count = serializers.IntegerField(help_text="the root not counted")
-    total_size = serializers.IntegerField(help_text="bytes of every file")
-
-
-def file_json(row: ThreadFile) -> dict[str, Any]:
-    """The FileRecord of ``row`` (snake_case)."""
-    return dict(FileRecordSerializer(row).data)
-
-
-def grep_json(result: GrepResult) -> dict[str, Any]:
-    return dict(FileSearchResultSerializer(result).data)
-
-
-def found_json(path: str) -> dict[str, Any]:
-    return {"path": path}
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -185,119 +115,6 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
-def _content_length(request: HttpRequest) -> int | None:
-    raw = request.META.get("CONTENT_LENGTH") or ""
-    try:
-        return int(raw) if raw else None
-    except ValueError as error:
-        raise ValidationFailed("Content-Length is not a number") from error
-
-
-# Downloads -------------------------------------------------------------------------------
-
-
-def parse_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
-    """``(first, last)`` (inclusive) for a satisfiable single range, ``None`` when there is
-    no usable Range header (serve the whole file), ``False`` when unsatisfiable."""
-    if not header:
-        return None
-    match = _RANGE.match(header.strip())
-    if match is None:
-        return None  # malformed or several ranges: ignored (RFC 9110 §14.2)
-    first_raw, last_raw = match.groups()
-    if not first_raw and not last_raw:
-        return None
-    if not first_raw:  # bytes=-n: the last n bytes
-        suffix = int(last_raw)
-        if suffix == 0 or size == 0:
-            return False
-        return max(0, size - suffix), size - 1
-    first = int(first_raw)
-    last = int(last_raw) if last_raw else size - 1
-    if last_raw and last < first:
-        return None
-    if first >= size:
-        return False
-    return first, min(last, size - 1)
-
-
-def _sync_chunks(handle: IO[bytes], length: int) -> Iterator[bytes]:
-    remaining = length
-    try:
-        while remaining > 0:
-            data = handle.read(min(DOWNLOAD_CHUNK, remaining))
-            if not data:
-                return
-            remaining -= len(data)
-            yield data
-    finally:
-        handle.close()
-
-
-async def _async_chunks(handle: IO[bytes], length: int) -> AsyncIterator[bytes]:
-    """Under ASGI Django would gather a sync iterator into one list: read in a thread."""
-    read = sync_to_async(handle.read, thread_sensitive=False)
-    remaining = length
-    try:
-        while remaining > 0:
-            data = await read(min(DOWNLOAD_CHUNK, remaining))
-            if not data:
-                return
-            remaining -= len(data)
-            yield data
-    finally:
-        handle.close()
-
-
-def file_download_response(
-    request: HttpRequest, row: ThreadFile, handle: IO[bytes]
-) -> HttpResponseBase:
-    """The file ``row`` (open as ``handle``, which the response closes) streamed as an
-    attachment, honouring a single ``Range``; also the console's download."""
-    size = row.size
-    wanted = parse_range(request.META.get("HTTP_RANGE"), size)
-    if wanted is False:
-        handle.close()
-        return JsonResponse(
-            error_body("range_not_satisfiable", f"the file is {size} bytes"),
-            status=status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
-            headers={"Content-Range": f"bytes */{size}"},
-        )
-    first, last = wanted if isinstance(wanted, tuple) else (0, size - 1)
-    length = max(0, last - first + 1)
-    if first:
-        handle.seek(first)
-    content = (
-        _async_chunks(handle, length)
-        if isinstance(request, ASGIRequest)
-        else _sync_chunks(handle, length)
-    )
-    response = StreamingHttpResponse(
-        content,
-        status=status.HTTP_206_PARTIAL_CONTENT if isinstance(wanted, tuple) else 200,
-        content_type=row.mime_type or "application/octet-stream",
-    )
-    response._resource_closers.append(handle.close)  # type: ignore[attr-defined]
-    response["Content-Length"] = str(length)
-    response["Accept-Ranges"] = "bytes"
-    response["Content-Disposition"] = content_disposition_header(True, row.name) or "attachment"
-    response["X-Content-Type-Options"] = "nosniff"
-    if isinstance(wanted, tuple):
-        response["Content-Range"] = f"bytes {first}-{last}/{size}"
-    return response
-
-
-# Uploads ---------------------------------------------------------------------------------
-
-
-def _raw_body(request: HttpRequest) -> Iterator[bytes]:
-    while True:
-        chunk = request.read(UPLOAD_CHUNK)
-        if not chunk:
-            return
-        yield chunk
-
-
 def _metadata_field(raw: object) -> dict[str, Any] | None:
     if raw is None or raw == "":
         return None
@@ -310,52 +127,6 @@ def _metadata_field(raw: object) -> dict[str, Any] | None:
     return value
 
 
-_READ_PARAMETERS = [
-    *PAGE_PARAMETERS,
-    OpenApiParameter("stat", bool, description="answer the `FileRecord` instead of the bytes"),
-    OpenApiParameter("thumbnail", bool, description="a PNG/JPEG thumbnail of an image"),
-    OpenApiParameter(
-        "size", int, description=f"the thumbnail's longest side, 1 to {MAX_THUMBNAIL_SIDE}"
-    ),
-    OpenApiParameter(
-        "Range", str, OpenApiParameter.HEADER, description="one range: `bytes=a-b`, `a-`, `-n`"
-    ),
-]
-_FILE_OR_DIRECTORY = PolymorphicProxySerializer(
-    component_name="FileOrDirectory",
-    serializers=[DirectorySerializer, FileRecordSerializer],
-    resource_type_field_name=None,
-)
-_READ_RESPONSES = {
-    (200, "application/json"): OpenApiResponse(
-        _FILE_OR_DIRECTORY,
-        description="a directory: a page of its entries; with `stat`, the `FileRecord`",
-    ),
-    (200, "*/*"): OpenApiResponse(
-        OpenApiTypes.BINARY, description="a file's bytes, in its media type, or a thumbnail"
-    ),
-    (206, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="the range asked for"),
-    416: error_response(416, "The range lies outside the file"),
-}
-_WRITE_RESPONSES = {
-    200: OpenApiResponse(FileRecordSerializer, description="an existing file was replaced"),
-    201: OpenApiResponse(FileRecordSerializer, description="the file or directory was created"),
-    409: error_response(409, "The path is a directory, or a parent of it is a file"),
-}
-_READ_DESCRIPTION = (
-    "A file answers its bytes in its media type, streamed, with `Range` support (206, or 416"
-    " when the range lies outside the file); `stat` answers its `FileRecord` instead, and"
-    " `thumbnail` a PNG or JPEG thumbnail of an image (404 for anything else). A directory"
-    " answers a page of its entries by path, in the list shape, with its `path`."
-)
-_UPLOAD_DESCRIPTION = (
-    "A raw body whose `Content-Type` is the file's media type (without one, the type the"
-    " name says, else `application/octet-stream`), or `multipart/form-data` with the field"
-    " `file` and optional `mime_type` and `metadata` (a JSON object). Missing parent"
-    " directories are created. 201 for a new file, 200 when it replaced one."
-)
-
-
 class FileView(ThreadScopedView):
     """``fs/<path>``: read, upload, mkdir and delete (see the module docstring)."""
 
@@ -366,9 +137,9 @@ class FileView(ThreadScopedView):
 
     @extend_schema(
         summary="Read a file, or list a directory",
-        description=_READ_DESCRIPTION,
-        parameters=_READ_PARAMETERS,
-        responses=_READ_RESPONSES,
+        description=READ_DESCRIPTION,
+        parameters=READ_PARAMETERS,
+        responses=READ_RESPONSES,
         operation_id="thread_fs_read",
     )
     def get(
@@ -397,20 +168,20 @@ class FileView(ThreadScopedView):
     @extend_schema(
         summary="Upload a file",
         operation_id="thread_fs_write",
-        description=_UPLOAD_DESCRIPTION,
+        description=UPLOAD_DESCRIPTION,
         request=OpenApiTypes.BINARY,
-        responses=_WRITE_RESPONSES,
+        responses=WRITE_RESPONSES,
     )
     def put(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
         return self._upload(request)
 
     @extend_schema(
         summary="Upload a file, or create a directory",
-        description=_UPLOAD_DESCRIPTION + ' A JSON body `{"type": "directory"}` creates the'
+        description=UPLOAD_DESCRIPTION + ' A JSON body `{"type": "directory"}` creates the'
         " directory and its missing parents instead (201, also when it exists); upload"
         " JSON files with `PUT`.",
         request=OpenApiTypes.BINARY,
-        responses=_WRITE_RESPONSES,
+        responses=WRITE_RESPONSES,
         operation_id="thread_fs_create",
     )
     def post(self, request: Request, thread_id: str, file_path: str = "/") -> Response:
@@ -435,7 +206,7 @@ class FileView(ThreadScopedView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _command(self, request: Request) -> Response:
-        length = _content_length(request._request)
+        length = content_length(request._request)
         if length is not None and length > MAX_COMMAND_BYTES:
             raise LimitExceeded(
                 f"a JSON command is over the cap MAX_COMMAND_BYTES ({MAX_COMMAND_BYTES} bytes);"
@@ -453,7 +224,7 @@ class FileView(ThreadScopedView):
     def _upload(self, request: Request) -> Response:
         target = self._path()
         http_request = request._request
-        length = _content_length(http_request)
+        length = content_length(http_request)
         if length is not None and length > MAX_FILE_BYTES + MAX_COMMAND_BYTES:
             raise LimitExceeded(
                 f"the body is {length} bytes; the cap MAX_FILE_BYTES is {MAX_FILE_BYTES}",
@@ -479,7 +250,7 @@ class FileView(ThreadScopedView):
                     field="data",
                 )
             row = file_write(
-                thread=self.thread(), path=target, data=_raw_body(http_request),
+                thread=self.thread(), path=target, data=raw_body(http_request),
                 mime_type=http_request.META.get("CONTENT_TYPE") or None,
             )  # fmt: skip
         created = row.created_at == row.updated_at  # a replaced file keeps its creation time
