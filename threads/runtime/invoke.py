@@ -8,7 +8,7 @@ from agents.registry import ToolResult
 from agents.schemas import ArgumentsInvalid
 from common.errors import DomainError
 from threads.runtime.definitions import FlowDefinitions
-from threads.runtime.tools import call_function_tool
+from threads.runtime.tool_calls import call_function_tool
 from threads.services.messages import message_inject
 
 if TYPE_CHECKING:

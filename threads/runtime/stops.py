@@ -8,7 +8,7 @@ from enum import StrEnum
 from agents.documents import AgentDoc, SideConfig, binding_name
 from agents.providers.base import ToolCall
 from threads.models import RunStatus
-from threads.runtime.tools import ToolOutcome
+from threads.runtime.tool_calls import ToolOutcome
 
 GLOBAL_STEP_CAP = 250
 REPEATED_ERROR_LIMIT = 8

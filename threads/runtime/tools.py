@@ -1,10 +1,8 @@
 """Running a step's tool calls: one by one, in the order the model returned them.
 
 Every outcome — success, a tool's error, invalid arguments, an unknown tool, an exception —
-is persisted as a tool message (spec runtime §5.2); nothing a tool does crashes the flow.
-Stored content is the result (``Tool executed successfully`` when empty) or
-``Failed to execute tool: <error>``, followed by one ``Attachment path for "<name>": <path>``
-line per attachment (not for session tools, whose attachments ride on the message).
+is persisted as a tool message (spec runtime §5.2, :mod:`threads.runtime.tool_results`);
+nothing a tool does crashes the flow.
 """
 
 from __future__ import annotations
@@ -14,13 +12,12 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.documents import SessionBinding, ToolConfig
-from agents.permissions import Rule, Verdict, decide, rule_from
+from agents.documents import SessionBinding
+from agents.permissions import Verdict, decide, rule_from
 from agents.providers.base import ToolCall
-from agents.registry import HookName, ToolEntry, ToolResult, tool_result_from
+from agents.registry import HookName, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import DomainError
 from common.ids import new_id
@@ -29,104 +26,20 @@ from threads.models import Message
 from threads.runtime.code_mode import CodePaused, code_mode_run
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.hooks import Hooks
-from threads.services.attachments import attachment_at, attachments_store
+from threads.runtime.tool_calls import (
+    ActionNeeded,
+    FlowAborted,
+    InFlight,
+    ToolOutcome,
+    call_function_tool,
+    call_json,
+)
+from threads.runtime.tool_results import session_mapping, tool_message_store
 from threads.services.code import code_tool_run
 from threads.services.control import STOPPED_BY_USER
 
 if TYPE_CHECKING:
     from threads.runtime.engine import Flow
-    from threads.state import ThreadState
-
-SUCCESS_WITHOUT_RESULT = "Tool executed successfully"
-
-
-class FlowAborted(Exception):
-    """The flow's abort signal fired (a user stop or terminate); raised at a checkpoint."""
-
-
-@dataclass
-class InFlight:
-    """The tool call running now: what ``state.request_input`` pauses on (``pausable``:
-    whether it may wait for a person), and how many inputs it asked for so far."""
-
-    call: ToolCall
-    issuer: Message
-    pausable: bool
-    inputs_asked: int = 0
-
-
-class ActionNeeded(BaseException):
-    """A tool call waits for a person (an ``ask`` rule, or ``state.request_input``): the
-    flow pauses its turn on an action (:mod:`threads.services.actions`) and a worker
-    resumes it once answered.
-
-    A BaseException, as SystemExit is: control flow that user code (a tool's or a hook's
-    ``except Exception``) must not swallow; only the flow catches it."""
-
-    def __init__(
-        self, *, kind: str, call: ToolCall, issuer: Message, rule: Rule | None = None,
-        schema: Mapping[str, Any] | None = None, prompt: str = "", name: str | None = None,
-        arguments: Mapping[str, Any] | None = None, resume: Mapping[str, Any] | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(f"tool call {call.id} of {call.name!r} waits for a person ({kind})")
-        self.kind, self.call, self.issuer = kind, call, issuer
-        self.rule, self.schema, self.prompt = rule, schema, prompt
-        # What the person decides on, when not the call itself (a code program's call).
-        self.name = name if name is not None else call.name
-        self.arguments = dict(arguments if arguments is not None else call.arguments)
-        self.resume = dict(resume or {})  # what the resuming flow needs besides the step
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    call: ToolCall
-    result: ToolResult
-    stored: Message | None  # None: an after_tool_call_* hook said "store nothing"
-
-
-def stored_outcome(call: ToolCall, stored: Message) -> ToolOutcome:
-    """The outcome of a call that ran before its turn paused, from its stored result."""
-    content = stored.content or ""
-    if stored.tool_status == "success":
-        return ToolOutcome(call, ToolResult.success(content), stored)
-    error = content.removeprefix(failure_text(""))
-    return ToolOutcome(call, ToolResult.failure(error, code=stored.metadata.get("error_code")),
-                       stored)  # fmt: skip
-
-
-def call_json(call: ToolCall) -> dict[str, Any]:
-    """A tool call as hooks see it."""
-    return {"id": call.id, "name": call.name, "arguments": dict(call.arguments)}
-
-
-def stored_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
-    """Tool calls in the stored (OpenAI) shape: arguments as a JSON string."""
-    return [
-        {
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-        }
-        for call in calls
-    ]
-
-
-def call_function_tool(
-    entry: ToolEntry, state: ThreadState, arguments: Mapping[str, Any]
-) -> ToolResult:
-    """Call a registry tool with validated arguments. Raises what the tool raises."""
-    parsed = entry.parse_args(dict(arguments))
-    value = entry.function(state, parsed) if entry.takes_args else entry.function(state)
-    return tool_result_from(value)
-
-
-def as_text(value: object) -> str:
-    """A tool argument as message text: strings as they are, anything else as JSON."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def failure_text(error: str) -> str:
-    return f"Failed to execute tool: {error}"
 
 
 class ToolRunner:
@@ -164,8 +77,8 @@ class ToolRunner:
         for index, call in enumerate(calls):
             if self.flow.aborted:
                 for unanswered in calls[index:]:
-                    self._store(
-                        unanswered, ToolResult.failure(STOPPED_BY_USER), None, verbatim=True
+                    tool_message_store(
+                        self, unanswered, ToolResult.failure(STOPPED_BY_USER), None, verbatim=True
                     )
                 raise FlowAborted
             outcomes.append(self.run_one(call, issuer=issuer))
@@ -223,8 +136,8 @@ class ToolRunner:
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         with self._writes():
             if after is not None:
-                result, attachments = self._session_mapping(call, result)
-                stored = self._store(call, result, attachments)
+                result, attachments = session_mapping(self, call, result)
+                stored = tool_message_store(self, call, result, attachments)
                 if call.name == self.status_tool and result.status == "success":
                     self.flow.status_report(stored.content or "")
             self.flow.log_tool(
@@ -395,108 +308,3 @@ class ToolRunner:
                 arguments=paused.call.arguments,
                 resume={"code": {"journal": paused.journal}},
             ) from None
-
-    # Storing ---------------------------------------------------------------------------------
-
-    def _session_mapping(
-        self, call: ToolCall, result: ToolResult
-    ) -> tuple[ToolResult, list[dict[str, Any]] | None]:
-        """Session bindings store ``message_property`` as the content and attach the files
-        named by ``attachments_property`` (which must exist, else the call is an error)."""
-        binding = self.bindings.get(call.name)
-        if binding is None or result.status != "success":
-            return result, None
-        attachments: list[dict[str, Any]] = []
-        if binding.attachments_property:
-            paths = call.arguments.get(binding.attachments_property) or []
-            paths = [paths] if isinstance(paths, str) else paths
-            try:
-                for path in paths:
-                    if not isinstance(path, str) or not path.startswith("/attachments/"):
-                        raise DomainError(f"{path!r} is not an /attachments/ path")
-                    attachments.append(attachment_at(thread=self.flow.thread, path=path))
-            except DomainError as error:
-                return ToolResult.failure(f"{binding.attachments_property}: {error.message}"), None
-        if binding.message_property:
-            value = call.arguments.get(binding.message_property)
-            if value is not None:
-                result = ToolResult.success(as_text(value), attachments=result.attachments)
-        return result, attachments
-
-    def _store(
-        self,
-        call: ToolCall,
-        result: ToolResult,
-        session_attachments: list[dict[str, Any]] | None,
-        *,
-        verbatim: bool = False,
-    ) -> Message:
-        """Store the tool message. ``verbatim`` stores an error as is (the spec's
-        ``Execution stopped by user`` results carry no ``Failed to execute tool:`` prefix)."""
-        content: str
-        if verbatim:
-            content = result.error or ""
-        elif result.status == "success":
-            content = result.result or SUCCESS_WITHOUT_RESULT
-        else:
-            content = failure_text(result.error or "unknown error")
-        refs: list[dict[str, Any]] = list(session_attachments or [])
-        if result.attachments:
-            try:
-                stored = attachments_store(thread=self.flow.thread, items=result.attachments)
-            except DomainError as error:
-                content = failure_text(f"its attachments could not be stored: {error.message}")
-                result = ToolResult.failure(error.message)
-            else:
-                refs.extend(stored)
-                if session_attachments is None:
-                    content += "".join(
-                        f'\nAttachment path for "{ref["name"]}": {ref["path"]}' for ref in stored
-                    )
-        metadata: dict[str, Any] = {"flow_id": self.flow.flow_id}
-        if result.error_code:
-            metadata["error_code"] = result.error_code
-        if result.error_data is not None:
-            metadata["error_data"] = result.error_data
-        if result.subagent_id is not None:
-            metadata["subagent_id"] = result.subagent_id
-        return self.flow.create_message(
-            role="tool",
-            content=content,
-            name=call.name,
-            tool_call_id=call.id,
-            tool_status=result.status,
-            side=self.side,
-            parent=self.parent,
-            attachments=refs,
-            metadata=metadata,
-            hooks=self.hooks,
-        )
-
-
-def subprompt_result(
-    config: ToolConfig | None, content: str, outcomes: Sequence[ToolOutcome]
-) -> ToolResult:
-    """What a subprompt returns: its text, its tools' results and its errors, per the
-    ``include_*`` flags (all default true). An error when any of its tool calls failed."""
-    include_text = config is None or config.include_text_response is not False
-    include_calls = config is None or config.include_tool_calls is not False
-    include_errors = config is None or config.include_errors is not False
-    parts: list[str] = []
-    if include_text and content:
-        parts.append(content)
-    failed = False
-    for outcome in outcomes:
-        if outcome.result.status == "success":
-            if include_calls:
-                parts.append(
-                    f"{outcome.call.name}: {outcome.result.result or SUCCESS_WITHOUT_RESULT}"
-                )
-        else:
-            failed = True
-            if include_errors:
-                parts.append(f"Error: {outcome.call.name}: {outcome.result.error}")
-    text = "\n\n".join(parts)
-    if failed:
-        return ToolResult.failure(text or "a tool of the subprompt failed")
-    return ToolResult.success(text)

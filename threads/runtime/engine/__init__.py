@@ -11,10 +11,11 @@ Stop reasons (``StopReason``) are the spec's codes; the thread status read model
 from them (``status_after``).
 
 Modules, over ``Flow`` as the explicit context object; imports only go down this list:
-``flow`` (the loop, stop conditions, abort), ``step`` (one step), ``drain`` (the turn's
-inputs), ``delegation`` (subprompts, handoffs), ``model_call`` (context, the call, its
-answer), ``agent`` (prompts, sides, env, hooks, tool runners), ``writes`` (messages,
-events, log rows), ``base`` (Side, Runtime, StepFailed).
+``flow`` (the context object, the turn's end or pause), ``loop`` (the loop, stop
+conditions, abort), ``step`` (one step), ``drain`` (the turn's inputs), ``delegation``
+(subprompts, handoffs), ``model_call`` (context, the call, its answer), ``agent``
+(prompts, sides, env, hooks, tool runners), ``writes`` (messages, events, log rows),
+``base`` (Side, Runtime, StepFailed).
 """
 
 from threads.runtime.engine.base import Runtime, Side, StepFailed, StepOutcome

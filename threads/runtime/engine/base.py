@@ -10,7 +10,7 @@ from typing import Literal
 from agents.providers.base import ModelSpec, Provider, ProviderError, ToolCall
 from agents.providers.chain import BASE_DELAY_S
 from agents.providers.registry import provider_for
-from threads.runtime.tools import ToolOutcome
+from threads.runtime.tool_calls import ToolOutcome
 
 Side = Literal["a", "b"]
 

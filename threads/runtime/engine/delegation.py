@@ -16,7 +16,7 @@ from threads.runtime.engine.agent import prompt_hooks, prompt_load, prompt_tools
 from threads.runtime.engine.base import Side
 from threads.runtime.engine.model_call import context_build, model_call
 from threads.runtime.engine.writes import event_publish, message_create
-from threads.runtime.tools import as_text, subprompt_result
+from threads.runtime.tool_calls import as_text, subprompt_result
 from threads.services.attachments import attachment_at
 from threads.services.fence import thread_fenced_update
 

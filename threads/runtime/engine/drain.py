@@ -12,7 +12,7 @@ from threads.runtime.engine.agent import prompt_hooks, side_prompt, tool_runner
 from threads.runtime.engine.base import Side
 from threads.runtime.engine.subagents import immediate_run
 from threads.runtime.engine.writes import message_create
-from threads.runtime.tools import stored_calls
+from threads.runtime.tool_calls import stored_calls
 from threads.services.status import turn_inputs_take
 
 if TYPE_CHECKING:

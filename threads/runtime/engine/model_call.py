@@ -30,7 +30,7 @@ from threads.runtime.engine.base import Side, StepFailed
 from threads.runtime.engine.writes import event_publish, message_create, model_log, stored_role
 from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer
-from threads.runtime.tools import FlowAborted, stored_calls
+from threads.runtime.tool_calls import FlowAborted, stored_calls
 from threads.services.messages import history_json, message_delete, message_finish, message_json
 from threads.services.status import turn_retrying
 

@@ -16,7 +16,8 @@ from threads.runtime.engine.agent import prompt_hooks, prompt_load, prompt_tools
 from threads.runtime.engine.base import Side, StepOutcome
 from threads.runtime.engine.model_call import context_build, model_call
 from threads.runtime.engine.writes import event_publish, message_create, stored_role
-from threads.runtime.tools import ToolOutcome, ToolRunner, stored_calls, stored_outcome
+from threads.runtime.tool_calls import ToolOutcome, stored_calls, stored_outcome
+from threads.runtime.tools import ToolRunner
 from threads.services.actions import action_allows, denial_result
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from threads.runtime.subagent_tools import (
     is_resumable,
     resumable_guidance,
 )
-from threads.runtime.tools import FlowAborted, as_text, stored_calls
+from threads.runtime.tool_calls import FlowAborted, as_text, stored_calls
 from threads.services import logs
 from threads.services.attachments import attachments_copy
 from threads.services.control import child_close, turn_cancel

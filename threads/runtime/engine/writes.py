@@ -16,7 +16,7 @@ from common.errors import Conflict
 from threads.models import Message
 from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer, model_log_data, tool_log_data
-from threads.runtime.tools import FlowAborted
+from threads.runtime.tool_calls import FlowAborted
 from threads.services import logs
 from threads.services.messages import message_inject, message_json
 
