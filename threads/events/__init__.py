@@ -14,7 +14,7 @@ Broadcasts leave the writer's thread through :mod:`threads.broadcast` (a backgro
 so publishing never waits on Redis. Lifecycle types (``LIFECYCLE``) also go to the tenant's
 group for ``/ws/events/``.
 
-Payloads are declared once per type in :mod:`.vocabulary` (TypedDicts); :func:`publish`
+Payloads are declared once per type in :mod:`.payloads` (TypedDicts); :func:`publish`
 refuses an unknown type or a payload missing a required key. Payloads never carry secret
 values (KV changes carry the key, not the value). A message payload larger than
 ``INLINE_LIMIT`` bytes is replaced by its id and a ``refs`` entry pointing at the message.
@@ -35,11 +35,11 @@ from threads.events.outbox import (
     publish,
     publish_many,
 )
+from threads.events.payloads import PAYLOADS
 from threads.events.vocabulary import (
     EPHEMERAL,
     INLINE_LIMIT,
     LIFECYCLE,
-    PAYLOADS,
     SCHEMA_VERSION,
     TURN_END_EVENTS,
     EventType,

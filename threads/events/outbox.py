@@ -22,12 +22,12 @@ from common.ids import new_id
 from common.time import now_us
 from threads.broadcast import broadcast, broadcast_many
 from threads.events.envelope import Envelope, session_id_of, tenant_group, thread_group
+from threads.events.payloads import REQUIRED
 from threads.events.vocabulary import (
     EPHEMERAL,
     INLINE_LIMIT,
     LIFECYCLE,
     MESSAGE_TYPES,
-    REQUIRED,
     TURN_END_EVENTS,
     EventType,
     UnknownEvent,
