@@ -16,12 +16,13 @@ import redis
 
 from common import redis_client as redis_client_module
 from common.redis_client import redis_client
+from threads.services import heartbeat as heartbeat_module
 from threads.services import lock as lock_module
+from threads.services.heartbeat import Heartbeat
 from threads.services.lock import (
     CONTROL_TTL_MS,
     LOCK_TTL_MS,
     RENEW_EVERY_MS,
-    Heartbeat,
     ThreadLock,
     control_key,
     control_send,
@@ -332,7 +333,7 @@ def test_heartbeat_declares_the_lock_lost_when_redis_fails_past_the_ttl(
 ) -> None:
     held = acquired(ids, ttl_ms=SHORT_TTL_MS)
     unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1)
-    monkeypatch.setattr(lock_module, "redis_client", lambda: unreachable)
+    monkeypatch.setattr(heartbeat_module, "redis_client", lambda: unreachable)
     lost = threading.Event()
 
     with Heartbeat(held, **ids, on_signal=ignore, on_lost=lost.set):

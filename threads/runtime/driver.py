@@ -55,7 +55,8 @@ from threads.services.control import (
     paused_turn,
 )
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
-from threads.services.lock import Heartbeat, ThreadLock, lock_acquire, lock_is_held
+from threads.services.heartbeat import Heartbeat
+from threads.services.lock import ThreadLock, lock_acquire, lock_is_held
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import thread_rest, turn_fail_crashed, turn_resume
