@@ -27,7 +27,7 @@ from console.scope import console_of, console_view
 from console.views.common import THREAD, tenant_thread, thread_page
 from threads.api.code import MAX_SOURCE_CHARS
 from threads.models import Thread
-from threads.services.code import (
+from threads.services.code_endpoint import (
     ENDPOINT_BUDGET_S,
     code_endpoint_log,
     code_endpoint_run,

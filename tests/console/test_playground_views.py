@@ -18,7 +18,7 @@ from tests.console.conftest import CAREFUL, CHAT, Team, agents_for, client_of, t
 from tests.factories import make_tenant
 from threads.models import Log, Thread
 from threads.runtime.lifecycle import thread_open
-from threads.services.code import RUN_CODE_LEASE, code_lease_acquire
+from threads.services.code_endpoint import RUN_CODE_LEASE, code_lease_acquire
 from threads.services.leases import lease_count
 from threads.services.logs import log_create
 

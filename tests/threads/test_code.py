@@ -1,5 +1,5 @@
-"""Code in the sandbox from threads (threads.services.code): code tools and their results,
-values as JSON, and ``POST /api/v1/threads/{id}/run-code`` (DIGEST §17)."""
+"""Code in the sandbox from threads (threads.services.code and .code_endpoint): code tools and
+their results, values as JSON, and ``POST /api/v1/threads/{id}/run-code`` (DIGEST §17)."""
 
 from __future__ import annotations
 
@@ -27,17 +27,13 @@ from tests.factories import make_api_key
 from tests.support import current_database_url
 from threads.api import code as code_api
 from threads.models import Log, Thread
-from threads.services import code as code_service
-from threads.services.code import (
+from threads.services import code_endpoint as code_endpoint_service
+from threads.services.code import code_pool, code_run, code_settle_async, code_tool_run, plain
+from threads.services.code_endpoint import (
     RUN_CODE_LEASE,
     RunnerSlots,
     code_lease_acquire,
-    code_pool,
-    code_run,
-    code_settle_async,
     code_slots,
-    code_tool_run,
-    plain,
 )
 from threads.services.leases import lease_count
 
@@ -263,7 +259,7 @@ def test_a_call_whose_code_cannot_start_gives_its_lease_back(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("no sandbox today")
 
-    monkeypatch.setattr(code_service, "code_run", broken)
+    monkeypatch.setattr(code_endpoint_service, "code_run", broken)
 
     with pytest.raises(RuntimeError, match="no sandbox today"):
         _run(member, thread, {"source": "export default 1"})
@@ -277,7 +273,7 @@ def test_a_call_that_finds_every_runner_busy_is_a_503_after_the_wait(
 ) -> None:
     busy = RunnerSlots(1)
     assert asyncio.run(busy.take(timeout=0))
-    monkeypatch.setattr(code_service, "code_slots", lambda: busy)
+    monkeypatch.setattr(code_endpoint_service, "code_slots", lambda: busy)
     started = time.monotonic()
 
     response = _run(member, thread, {"source": "export default 1"})

@@ -35,7 +35,7 @@ from common.schema import error_response
 from sandbox.protocol import STATUSES
 from threads.api.base import ThreadScopedView
 from threads.models import Thread
-from threads.services.code import (
+from threads.services.code_endpoint import (
     ENDPOINT_BUDGET_S,
     code_endpoint_log,
     code_endpoint_run,

@@ -1,5 +1,5 @@
 """Counted leases: at most ``limit`` holders of one of a tenant's names at once, across every
-process (the per-tenant cap on ``POST …/run-code``, ``threads.services.code``).
+process (the per-tenant cap on ``POST …/run-code``, ``threads.services.code_endpoint``).
 
 Contracts:
 
