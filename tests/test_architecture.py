@@ -1,4 +1,4 @@
-"""The architecture, tested: import roots, tenant scoping, the viewset guard."""
+"""The architecture, tested: import roots, tenant scoping, the viewset guard, module sizes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ PROJECT_PACKAGES = {
     "console": REPO / "console",
     "sandbox": REPO / "sandbox",
 }
+# The engine's house rule: no module under threads/ over this many lines (migrations aside).
+THREADS_MODULE_LINES = 400
 
 
 def test_import_platform_is_the_stdlib_module() -> None:
@@ -79,3 +81,16 @@ def test_env_example_lists_every_variable_env_py_reads() -> None:
     assert read <= listed, f"missing from .env.example: {read - listed}"
     unknown = {name for name in listed if f'"{name}"' not in source}
     assert not unknown, f".env.example lists variables env.py never reads: {unknown}"
+
+
+def test_no_module_under_threads_is_over_the_line_limit() -> None:
+    modules = [
+        path
+        for path in (REPO / "threads").rglob("*.py")
+        if "migrations" not in path.relative_to(REPO).parts
+    ]
+    sizes = {str(path.relative_to(REPO)): len(path.read_text().splitlines()) for path in modules}
+
+    assert len(sizes) > 50, "expected the threads package's modules"
+    over = {path: lines for path, lines in sizes.items() if lines > THREADS_MODULE_LINES}
+    assert not over, f"over {THREADS_MODULE_LINES} lines: {over}"
