@@ -22,6 +22,7 @@ from agents.registry import tool
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key
 from tests.threads.runtime.conftest import Engine, prompt, rows
+from threads.events import INLINE_LIMIT
 from threads.models import Event, IdempotencyKey, Log, Message, RunStatus, Thread, Turn
 from threads.runtime.driver import thread_drive
 from threads.runtime.engine import Runtime
@@ -432,6 +433,24 @@ def test_every_event_of_a_turn_carries_its_turn_id_and_step_events_their_step_id
     assert {e.payload["role"] for e in step_messages} == {"assistant", "tool"}
     tool_started = next(e for e in inside if e.type == "tool.started")
     assert tool_started.payload["arguments"] == {"text": "hi"}
+
+
+def test_large_tool_arguments_ride_tool_started_as_a_ref_to_the_log_that_holds_them(
+    engine: Engine, api: APIClient
+) -> None:
+    thread = helper(engine)
+    text = "x" * (INLINE_LIMIT + 1)
+    engine.script.tool_calls([{"name": "echo", "arguments": {"text": text}}]).text("Done.")
+    submit(api, thread, "say a lot")
+    engine.drive(thread)
+
+    started = Event.objects.get(thread=thread, type="tool.started").payload
+    assert "arguments" not in started
+    log = api.get(started["arguments_ref"])
+    assert log.status_code == 200, log.json()
+    body = log.json()
+    assert (body["kind"], body["data"]["tool_call_id"]) == ("tool", started["tool_call_id"])
+    assert body["data"]["arguments"] == {"text": text}
 
 
 def test_unknown_token_counts_are_null_in_the_log_event_and_turn(
