@@ -54,8 +54,10 @@ def test_effects_are_listed_read_cancelled_run_and_replayed(client: Client, chat
     assert (ran["action"], ran["id"]) == ("ran", soon)
     assert _settled(client, thread_id, soon) == "completed"
 
-    replayed = client.effects.replay(thread_id, soon)
+    replayed = client.effects.replay(thread_id, soon, idempotency_key="replay-once")
+    again = client.effects.replay(thread_id, soon, idempotency_key="replay-once")
 
+    assert again["id"] == replayed["id"]  # the repeat made no second replay
     assert (replayed["replayed_from"], replayed["manual_run"]) == (soon, True)
     assert _settled(client, thread_id, replayed["id"]) == "completed"
     reminders = [m["content"] for m in client.messages.iter(thread_id)]

@@ -40,6 +40,18 @@ def test_a_thread_is_created_read_updated_and_deleted(client: Client, chat: str)
     assert (missing.value.status, missing.value.code) == (404, "not_found")
 
 
+def test_a_create_repeated_with_one_idempotency_key_answers_the_first_thread(
+    client: Client, chat: str
+) -> None:
+    first = client.threads.create(chat, tags=["once"], idempotency_key="create-once")
+    again = client.threads.create(chat, tags=["once"], idempotency_key="create-once")
+    assert again["id"] == first["id"]
+
+    with pytest.raises(Conflict) as reused:
+        client.threads.create(chat, tags=["other"], idempotency_key="create-once")
+    assert (reused.value.code, reused.value.field) == ("idempotency_key_reused", "Idempotency-Key")
+
+
 def test_threads_are_listed_a_page_at_a_time_and_iterated_across_pages(
     client: Client, chat: str
 ) -> None:

@@ -385,6 +385,27 @@ def test_a_finished_effect_is_replayed_by_run(
     assert (replay.replayed_from_id, replay.manual_run, replay.status) == (row.pk, True, "pending")
 
 
+def test_a_repeated_replay_or_run_with_one_idempotency_key_makes_one_new_effect(
+    tenant: Tenant, api: APIClient, fired: list[tuple[str, Any]], sent: list[tuple[str, float]]
+) -> None:
+    thread = make_thread(tenant)
+    row = effect_schedule(thread=thread, name="ping", delay_ms=0)
+    effect_fire(row.pk)
+
+    replays = [api.post(_url(thread, row, "replay"), HTTP_IDEMPOTENCY_KEY="r-1") for _ in "ab"]
+    runs = [api.post(_url(thread, row, "run"), HTTP_IDEMPOTENCY_KEY="r-2") for _ in "ab"]
+
+    assert [r.status_code for r in replays] == [201, 201]
+    assert replays[1].json() == replays[0].json()
+    assert [r.status_code for r in runs] == [200, 200]
+    assert runs[1].json() == runs[0].json()
+    assert runs[0].json()["action"] == "replayed"
+    made = ScheduledEffect.objects.filter(replayed_from=row).values_list("pk", flat=True)
+    assert sorted(str(pk) for pk in made) == sorted(
+        [replays[0].json()["id"], runs[0].json()["replayed_id"]]
+    )
+
+
 def test_unknown_effects_and_bad_filters_are_answered_plainly(
     tenant: Tenant, api: APIClient, fired: list[tuple[str, Any]]
 ) -> None:

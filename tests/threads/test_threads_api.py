@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,7 +16,7 @@ from agents.registry import Registry, thread_endpoint, use_registry
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_thread
-from threads.models import Message, Thread
+from threads.models import IdempotencyKey, Message, Thread
 from threads.services.files import file_write
 from threads.services.logs import log_create
 from threads.services.messages import message_inject
@@ -46,6 +48,30 @@ def test_create_then_read_a_thread(member: APIClient) -> None:
     assert body["status"] == "completed"
     assert body["counts"] == {"messages": 0, "logs": 0, "files": 0, "children": 0}
     assert isinstance(body["created_at"], int)
+
+
+def test_a_repeated_create_with_one_idempotency_key_answers_the_first_thread(
+    member: APIClient, tenant: Tenant
+) -> None:
+    body = {"agent": "helper", "env": {"TOKEN": {"value": "s3cret", "type": "secret"}}}
+
+    first = member.post("/api/v1/threads", body, format="json", HTTP_IDEMPOTENCY_KEY="t-1")
+    again = member.post("/api/v1/threads", body, format="json", HTTP_IDEMPOTENCY_KEY="t-1")
+    other = member.post(
+        "/api/v1/threads", {"agent": "helper"}, format="json", HTTP_IDEMPOTENCY_KEY="t-1"
+    )
+
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.json() == first.json()
+    assert again["Idempotent-Replayed"] == "true"
+    assert (other.status_code, other.json()["error"]["field"]) == (409, "Idempotency-Key")
+    assert Thread.objects.filter(tenant=tenant).count() == 1
+    stored = IdempotencyKey.objects.get(key="t-1")
+    assert "s3cret" not in json.dumps(stored.response)
+    # The stored hash is keyed by the server's secret: not the plain digest of the request.
+    canonical = json.dumps(body, sort_keys=True)
+    plain = hashlib.sha256(f"POST\n/api/v1/threads\n{canonical}".encode()).hexdigest()
+    assert stored.request_hash != plain
 
 
 @pytest.mark.parametrize(

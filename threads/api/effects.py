@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from common.errors import Conflict
 from common.pagination import PAGE_PARAMETERS, paginate_page
 from common.schema import error_responses, microseconds, page_of
-from threads.api.base import ThreadScopedView
+from threads.api.base import IDEMPOTENCY_KEY, ThreadScopedView, idempotent
 from threads.models import EffectStatus
 from threads.services.effects import (
     effect_cancel,
@@ -118,18 +118,26 @@ class EffectRunView(ThreadScopedView):
         summary="Run an effect now",
         description="A pending effect is due at once (`ran`); a finished one is replayed as a "
         "new, linked effect (`replayed`). 409 while its handler runs.",
-        request=None, responses={200: EffectRunSerializer, **error_responses(409)},
+        request=None, parameters=[IDEMPOTENCY_KEY],
+        responses={200: EffectRunSerializer, **error_responses(409)},
         operation_id="thread_effects_run",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, effect_id: str) -> Response:
         """Run now: a pending effect is due at once (``{"action": "ran", "id"}``); a finished
         one is replayed as a new linked row (``{"action": "replayed", "id",
-        "replayed_id"}``). 409 while it runs."""
-        action, row = effect_run_now(thread=self.thread(), effect_id=effect_id)
-        body: dict[str, Any] = {"action": action, "id": effect_id, "effect": effects_json([row])[0]}
-        if action == "replayed":
-            body["replayed_id"] = str(row.pk)
-        return Response(body)
+        "replayed_id"}``). 409 while it runs. With an ``Idempotency-Key``, a repeat answers
+        the first run instead of replaying the effect again."""
+
+        def run() -> tuple[int, dict[str, Any]]:
+            action, row = effect_run_now(thread=self.thread(), effect_id=effect_id)
+            body: dict[str, Any] = {
+                "action": action, "id": effect_id, "effect": effects_json([row])[0]
+            }  # fmt: skip
+            if action == "replayed":
+                body["replayed_id"] = str(row.pk)
+            return status.HTTP_200_OK, body
+
+        return idempotent(request, self.principal, run)
 
 
 class EffectReplayView(ThreadScopedView):
@@ -137,14 +145,20 @@ class EffectReplayView(ThreadScopedView):
         summary="Replay a finished effect",
         description="A new effect with its name and args, due now, linked to it "
         "(`replayed_from`, `manual_run`). 409 for a pending one (run it instead).",
-        request=None, responses={201: EffectSerializer, **error_responses(409)},
+        request=None, parameters=[IDEMPOTENCY_KEY],
+        responses={201: EffectSerializer, **error_responses(409)},
         operation_id="thread_effects_replay",
     )  # fmt: skip
     def post(self, request: Request, thread_id: str, effect_id: str) -> Response:
         """Replay a finished effect: a new row with its name and args, due now, linked to it
-        (``replayed_from``, ``manual_run``). 409 for a pending one (run it instead)."""
-        row = effect_replay(thread=self.thread(), effect_id=effect_id)
-        return Response(effects_json([row])[0], status=status.HTTP_201_CREATED)
+        (``replayed_from``, ``manual_run``). 409 for a pending one (run it instead). With an
+        ``Idempotency-Key``, a repeat answers the first replay and makes no other."""
+
+        def replay() -> tuple[int, dict[str, Any]]:
+            row = effect_replay(thread=self.thread(), effect_id=effect_id)
+            return status.HTTP_201_CREATED, effects_json([row])[0]
+
+        return idempotent(request, self.principal, replay)
 
 
 urlpatterns = [

@@ -9,8 +9,9 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from common.schema import microseconds
+from common.schema import error_responses, microseconds
 from tenancy.viewsets import TenantScopedViewSet
+from threads.api.base import IDEMPOTENCY_KEY, idempotent
 from threads.api.run_outputs import (
     ActionSerializer,
     TurnSerializer,
@@ -223,22 +224,28 @@ class ThreadViewSet(TenantScopedViewSet):
         return self.get_paginated_response([thread_json(row) for row in page])
 
     @extend_schema(
-        summary="Create a thread", request=ThreadCreateInput,
-        responses={201: ThreadSerializer}, operation_id="threads_create",
+        summary="Create a thread", request=ThreadCreateInput, parameters=[IDEMPOTENCY_KEY],
+        responses={201: ThreadSerializer, **error_responses(409)}, operation_id="threads_create",
     )  # fmt: skip
     def create(self, request: Request) -> Response:
+        """A thread of ``agent``; its ``after_thread_created`` hooks run and its immediate
+        subagents start. With an ``Idempotency-Key``, a repeat answers the first thread."""
         payload = ThreadCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        thread, counts = thread_open_counted(
-            tenant=self.principal.tenant,
-            agent_name=data["agent"],
-            user_id=data.get("user_id", ""),
-            tags=data.get("tags", []),
-            metadata=data.get("metadata"),
-            env=data.get("env"),
-        )
-        return Response(thread_json(thread, counts=counts), status=status.HTTP_201_CREATED)
+
+        def create() -> tuple[int, dict[str, Any]]:
+            thread, counts = thread_open_counted(
+                tenant=self.principal.tenant,
+                agent_name=data["agent"],
+                user_id=data.get("user_id", ""),
+                tags=data.get("tags", []),
+                metadata=data.get("metadata"),
+                env=data.get("env"),
+            )
+            return status.HTTP_201_CREATED, thread_json(thread, counts=counts)
+
+        return idempotent(request, self.principal, create)
 
     @extend_schema(
         summary="Get a thread and its read model", responses=ThreadReadSerializer,

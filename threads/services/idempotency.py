@@ -9,7 +9,6 @@ work commit or roll back together, so a stored answer always describes committed
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
+from django.utils.crypto import salted_hmac
 
 from common.errors import Conflict, ValidationFailed
 from common.time import now_us
@@ -26,6 +26,7 @@ from threads.models import IdempotencyKey
 KEY_TTL_US = 24 * 3600 * 1_000_000
 MAX_KEY_CHARS = 255
 HEADER = "Idempotency-Key"
+_HASH_SALT = "threads.idempotency.request"
 
 
 class IdempotencyKeyReused(Conflict):
@@ -40,9 +41,12 @@ class Answer:
 
 
 def request_hash(*, method: str, path: str, body: Any) -> str:
-    """What makes two requests the same: method, path and the JSON body (keys sorted)."""
+    """What makes two requests the same: method, path and the JSON body (keys sorted).
+    Keyed by the server's secret, so a stored hash of a body that carries secrets (a new
+    thread's env) cannot be used to guess them."""
     canonical = json.dumps(body, sort_keys=True, cls=DjangoJSONEncoder, default=str)
-    return hashlib.sha256(f"{method}\n{path}\n{canonical}".encode()).hexdigest()
+    digest = salted_hmac(_HASH_SALT, f"{method}\n{path}\n{canonical}", algorithm="sha256")
+    return digest.hexdigest()
 
 
 def check_key(key: str) -> str:

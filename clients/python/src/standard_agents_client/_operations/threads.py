@@ -62,14 +62,16 @@ def thread_create(
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[Thread]:
     """Create a thread of ``agent``. ``env`` values are write-only; every variable the
-    agent's graph requires must resolve (else a ``ValidationError`` naming each)."""
+    agent's graph requires must resolve (else a ``ValidationError`` naming each). A repeat
+    with the same ``idempotency_key`` answers the first thread instead of a second."""
     payload = body(
         agent=agent, user_id=user_id, tags=list(tags) if tags is not None else None,
         metadata=metadata, env=env,
     )  # fmt: skip
-    return Call("POST", "/threads", read_json, json=payload)
+    return Call("POST", "/threads", read_json, json=payload, headers=idempotency(idempotency_key))
 
 
 def thread_get(thread_id: str) -> Call[ThreadRead]:

@@ -9,6 +9,7 @@ from typing import Any
 from standard_agents_client._call import (
     Call,
     body,
+    idempotency,
     query,
     read_json,
     read_page,
@@ -93,14 +94,22 @@ def effect_cancel(thread_id: str, effect_id: str) -> Call[Effect]:
     return Call("DELETE", _effect(thread_id, effect_id), read_json)
 
 
-def effect_run(thread_id: str, effect_id: str) -> Call[EffectRun]:
-    """Run an effect now: a pending one is due at once, a finished one is replayed."""
-    return Call("POST", _effect(thread_id, effect_id) + "/run", read_json)
+def effect_run(
+    thread_id: str, effect_id: str, *, idempotency_key: str | None = None
+) -> Call[EffectRun]:
+    """Run an effect now: a pending one is due at once, a finished one is replayed (once
+    per ``idempotency_key``)."""
+    path = _effect(thread_id, effect_id) + "/run"
+    return Call("POST", path, read_json, headers=idempotency(idempotency_key))
 
 
-def effect_replay(thread_id: str, effect_id: str) -> Call[Effect]:
-    """Replay a finished effect: a new effect, due now, linked to it."""
-    return Call("POST", _effect(thread_id, effect_id) + "/replay", read_json)
+def effect_replay(
+    thread_id: str, effect_id: str, *, idempotency_key: str | None = None
+) -> Call[Effect]:
+    """Replay a finished effect: a new effect, due now, linked to it (once per
+    ``idempotency_key``)."""
+    path = _effect(thread_id, effect_id) + "/replay"
+    return Call("POST", path, read_json, headers=idempotency(idempotency_key))
 
 
 # Subagents ------------------------------------------------------------------------------------
