@@ -371,12 +371,18 @@ def test_the_api_lists_filters_cancels_runs_and_replays(
     assert fired == [("remind", {"text": "tea"})]
 
 
-def test_a_finished_effect_is_replayed_by_run(
-    tenant: Tenant, api: APIClient, fired: list[tuple[str, Any]], sent: list[tuple[str, float]]
-) -> None:
-    thread = make_thread(tenant)
-    row = effect_schedule(thread=thread, name="ping", delay_ms=0)
+@pytest.fixture
+def finished(
+    tenant: Tenant, fired: list[tuple[str, Any]], sent: list[tuple[str, float]]
+) -> ScheduledEffect:
+    """An effect that ran: ``run`` and ``replay`` make a new one from it."""
+    row = effect_schedule(thread=make_thread(tenant), name="ping", delay_ms=0)
     effect_fire(row.pk)
+    return row
+
+
+def test_a_finished_effect_is_replayed_by_run(api: APIClient, finished: ScheduledEffect) -> None:
+    row, thread = finished, finished.thread
 
     ran = api.post(_url(thread, row, "run")).json()
 
@@ -386,11 +392,9 @@ def test_a_finished_effect_is_replayed_by_run(
 
 
 def test_a_repeated_replay_or_run_with_one_idempotency_key_makes_one_new_effect(
-    tenant: Tenant, api: APIClient, fired: list[tuple[str, Any]], sent: list[tuple[str, float]]
+    api: APIClient, finished: ScheduledEffect
 ) -> None:
-    thread = make_thread(tenant)
-    row = effect_schedule(thread=thread, name="ping", delay_ms=0)
-    effect_fire(row.pk)
+    row, thread = finished, finished.thread
 
     replays = [api.post(_url(thread, row, "replay"), HTTP_IDEMPOTENCY_KEY="r-1") for _ in "ab"]
     runs = [api.post(_url(thread, row, "run"), HTTP_IDEMPOTENCY_KEY="r-2") for _ in "ab"]
