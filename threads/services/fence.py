@@ -186,8 +186,9 @@ def fence_read(*, thread: Thread) -> LockedThread | None:
 
 
 def thread_fenced_update(*, thread: Thread, fence: int | None, **fields: Any) -> None:
-    """Update thread columns (status, agent_name, ...) if ``fence`` is still current, in one
-    statement. Raises StaleFence otherwise."""
+    """Update thread columns (``agent_name``, ...) if ``fence`` is still current, in one
+    statement. Raises StaleFence otherwise. Never the status: that changes only through
+    :mod:`threads.services.status`."""
     updated_at = now_us()
     concrete = {field.name: field for field in Thread._meta.concrete_fields}
     columns = [concrete[name] for name in fields]
