@@ -5,7 +5,8 @@ A definition's form parses its fields as the kind's document (``parse_document``
 is rolled back, so every problem shows at its field, or as a form error naming its path
 and, for another definition, that definition. Saving then calls ``definition_save`` for
 real; deleting calls ``definition_delete`` (refused while something refers to the row).
-A model's API key is write-only: typed in, stored encrypted, never shown.
+A model's API key is write-only: typed in, stored encrypted, never shown; so is a provider
+credential's, written through ``credential_save`` as by the API.
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from agents.credentials import credential_delete, credential_save
 from agents.documents import Strict
 from agents.form_errors import add_definition_problems, add_problem
-from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
+from agents.models import (
+    Agent,
+    CodeTool,
+    Definition,
+    Model,
+    PermissionRule,
+    Prompt,
+    ProviderCredential,
+)
 from agents.permission_rules import FIELDS as RULE_FIELDS
 from agents.permission_rules import permission_rule_delete, permission_rule_save
 from agents.services import KEEP, definition_delete, definition_save, parse_document
@@ -230,15 +240,17 @@ class CodeToolAdmin(DefinitionAdmin):
     list_display = ["name", "tenant", "language", "updated_at"]
 
 
-class PermissionRuleForm(ServiceForm):
-    """Checks the rule with ``permission_rule_save`` (rolled back), as the API does."""
+class RowServiceForm(ServiceForm):
+    """A form for a row one service writes, ``service_save(tenant=, data=, current=)``:
+    ``clean()`` runs it on ``service_data()`` (rolled back), so its refusals show at their
+    fields."""
 
-    class Meta:
-        model = PermissionRule
-        fields = ["tenant", *RULE_FIELDS]
+    @staticmethod
+    def service_save(*, tenant: Tenant, data: Mapping[str, Any], current: Any) -> Any:
+        raise NotImplementedError
 
-    def rule_data(self) -> Mapping[str, Any]:
-        return {name: self.cleaned_data.get(name) for name in RULE_FIELDS}
+    def service_data(self) -> Mapping[str, Any]:
+        raise NotImplementedError
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -248,41 +260,122 @@ class PermissionRuleForm(ServiceForm):
         current = None if self.instance._state.adding else copy.copy(self.instance)
         try:
             self.dry_run(
-                lambda: permission_rule_save(tenant=tenant, data=self.rule_data(), current=current)
+                lambda: self.service_save(tenant=tenant, data=self.service_data(), current=current)
             )
         except DomainError as error:
-            self.add_problem(error.field or "", error.message)
+            self.add_problem(self.field_of(error.field or ""), error.message)
         return cleaned
+
+    def field_of(self, field: str) -> str:
+        """The form field where the service's ``field`` shows."""
+        return field
+
+
+class RowServiceAdmin(TenantScopedAdmin[Any]):
+    """An admin whose rows its form's service writes and ``delete`` deletes, as the API
+    does; ``fields`` are shown with their times once the row exists."""
+
+    form: type[RowServiceForm]
+    edited: ClassVar[list[str]]
+
+    @staticmethod
+    def delete(*, tenant: Tenant, row: Any) -> None:
+        raise NotImplementedError
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = ["tenant", *self.edited]
+        return fields if obj is None else [*fields, *self.times(obj)]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [] if obj is None else ["tenant", *self.times(obj)]
+
+    def times(self, obj: Any) -> list[str]:
+        return ["created_at", "updated_at"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        row = form.service_save(
+            tenant=form.tenant(), data=form.service_data(), current=obj if change else None
+        )
+        for field in type(obj)._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(row, field.attname))
+        obj._state.adding = False
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        self.delete(tenant=obj.tenant, row=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for row in queryset.select_related("tenant"):
+            self.delete(tenant=row.tenant, row=row)
+
+
+class PermissionRuleForm(RowServiceForm):
+    """Checks the rule with ``permission_rule_save`` (rolled back), as the API does."""
+
+    service_save = staticmethod(permission_rule_save)
+
+    class Meta:
+        model = PermissionRule
+        fields = ["tenant", *RULE_FIELDS]
+
+    def service_data(self) -> Mapping[str, Any]:
+        return {name: self.cleaned_data.get(name) for name in RULE_FIELDS}
 
 
 @admin.register(PermissionRule)
-class PermissionRuleAdmin(TenantScopedAdmin[PermissionRule]):
+class PermissionRuleAdmin(RowServiceAdmin):
     """Written through ``permission_rule_save`` / ``permission_rule_delete``, as by the API."""
 
     form = PermissionRuleForm
+    edited = list(RULE_FIELDS)
+    delete = staticmethod(permission_rule_delete)
     write_role = Role.ADMIN  # as the API: admins write permission rules
     list_display = ["decision", "tool", "agent", "tenant", "updated_at"]
     list_filter = ["tenant", "decision"]
     search_fields = ["tool", "agent", "description", "tenant__slug"]
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        fields = ["tenant", *RULE_FIELDS]
-        return fields if obj is None else [*fields, "created_at", "updated_at"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return [] if obj is None else ["tenant", "created_at", "updated_at"]
+CREDENTIAL_FIELDS = ["name", "provider", "base_url", "description"]
 
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        row = permission_rule_save(
-            tenant=form.tenant(), data=form.rule_data(), current=obj if change else None
-        )
-        for field in PermissionRule._meta.concrete_fields:
-            setattr(obj, field.attname, getattr(row, field.attname))
-        obj._state.adding = False
 
-    def delete_model(self, request: HttpRequest, obj: PermissionRule) -> None:
-        permission_rule_delete(tenant=obj.tenant, row=obj)
+class CredentialForm(RowServiceForm):
+    """Checks the credential with ``credential_save`` (rolled back), as the API does; the
+    key is typed in, never shown."""
 
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        for row in queryset.select_related("tenant"):
-            permission_rule_delete(tenant=row.tenant, row=row)
+    service_save = staticmethod(credential_save)
+    api_key_value = forms.CharField(
+        label="API key",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Write-only: stored encrypted and never shown. Leave empty to keep the "
+        "stored key; a new one replaces it (rotation).",
+    )
+
+    class Meta:
+        model = ProviderCredential
+        fields = ["tenant", *CREDENTIAL_FIELDS]
+
+    def service_data(self) -> Mapping[str, Any]:
+        data = {name: self.cleaned_data.get(name) or "" for name in CREDENTIAL_FIELDS}
+        if self.cleaned_data.get("api_key_value"):
+            data["api_key"] = self.cleaned_data["api_key_value"]
+        return data
+
+    def field_of(self, field: str) -> str:
+        return "api_key_value" if field == "api_key" else field
+
+
+@admin.register(ProviderCredential)
+class ProviderCredentialAdmin(RowServiceAdmin):
+    """A tenant's provider keys, written through ``credential_save`` / ``credential_delete``;
+    the key is write-only."""
+
+    form = CredentialForm
+    edited = [*CREDENTIAL_FIELDS, "api_key_value"]
+    delete = staticmethod(credential_delete)
+    write_role = Role.ADMIN  # as the API: admins write credentials
+    list_display = ["name", "provider", "tenant", "updated_at", "rotated_at"]
+    list_filter = ["tenant", "provider"]
+    search_fields = ["name", "description", "tenant__slug"]
+
+    def times(self, obj: Any) -> list[str]:
+        return ["created_at", "updated_at", "rotated_at"]

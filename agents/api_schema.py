@@ -32,6 +32,7 @@ from agents.documents import (
 from agents.permissions import DECISIONS
 from agents.registry.entries import HookName
 from agents.validation import Kind
+from common.inputs import StrictInput
 from common.schema import US_SINCE_EPOCH
 
 # Definitions ------------------------------------------------------------------------------
@@ -296,7 +297,7 @@ class RegistryEndpointSerializer(serializers.Serializer[Any]):
 # Permission rules -----------------------------------------------------------------------------
 
 
-class PermissionRuleInput(serializers.Serializer[Any]):
+class PermissionRuleInput(StrictInput):
     """A tenant permission rule: `decision` for calls of `tool` by agent `agent` (empty:
     every tool, every agent), limited by the condition `when` on the call's arguments."""
 

@@ -29,6 +29,10 @@ MAX_TEXT = 200_000
 MAX_COLUMN_INT = 2**31 - 1  # PostgreSQL's integer: a larger count is a database error
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+PLATFORM_CREDENTIAL_PREFIX = "platform:"
+CredentialName = Annotated[
+    str, StringConstraints(pattern=r"^(platform:[a-z][a-z0-9_]{0,15}|[a-z][a-z0-9_]{0,63})$")
+]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 
@@ -191,6 +195,9 @@ class ModelDoc(Strict):
     model_id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     base_url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = None
     api_key_env: EnvName | None = None
+    # A provider credential (agents.credentials): the tenant's own by name, or the
+    # operator's as ``platform:openai`` / ``platform:anthropic`` when granted.
+    credential: CredentialName | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     fallbacks: list[Name] = Field(default_factory=list)
     input_price: Price | None = None

@@ -57,6 +57,8 @@ class Model(Definition):
     model_id = models.CharField(max_length=200)
     base_url = models.CharField(max_length=500, blank=True)
     api_key_env = models.CharField(max_length=128, blank=True)
+    # A credential's name: the tenant's own (ProviderCredential) or platform:<provider>.
+    credential = models.CharField(max_length=80, blank=True)
     # Sealed with the tenant's data key; context "agents.Model:<id>:api_key".
     api_key_encrypted = models.BinaryField(null=True, blank=True, editable=False)
     config = models.JSONField(default=dict, blank=True)
@@ -72,6 +74,38 @@ class Model(Definition):
     @property
     def has_api_key(self) -> bool:
         return self.api_key_encrypted is not None
+
+
+class CredentialProvider(models.TextChoices):
+    OPENAI = "openai", "OpenAI (official endpoint)"
+    ANTHROPIC = "anthropic", "Anthropic (official endpoint)"
+    OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible endpoint (its base URL)"
+
+
+class ProviderCredential(TenantOwned):
+    """A tenant's own provider key, referenced by name from model definitions
+    (:mod:`agents.credentials`). The key is write-only: sealed with the tenant's data key,
+    context ``agents.ProviderCredential:<id>:api_key``, never shown again."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    name = models.CharField(max_length=64)
+    provider = models.CharField(max_length=24, choices=CredentialProvider.choices)
+    # Only for openai_compatible: the one endpoint the key goes to.
+    base_url = models.CharField(max_length=500, blank=True)
+    description = models.CharField(max_length=500, blank=True)
+    api_key_encrypted = models.BinaryField(editable=False)
+    created_at = models.DateTimeField(default=now, editable=False)
+    updated_at = models.DateTimeField(default=now)
+    rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="credential_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"credential {self.name}"
 
 
 class ToolChoice(models.TextChoices):

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
+from agents.credentials import model_key
 from agents.documents import AgentDoc, CodeToolDoc, ModelDoc, PromptDoc
 from agents.models import Agent, CodeTool, Definition, Model, Prompt
 from agents.providers.base import ModelCapabilities, ModelPrices, ModelSpec
@@ -169,11 +170,17 @@ def code_tool_load(*, tenant: Tenant, name: str, version: str | None = None) -> 
     return doc
 
 
-def model_load(*, tenant: Tenant, name: str, env: EnvLookup = platform_env) -> ModelSpec:
+def no_env(name: str) -> str | None:
+    """An env lookup that finds nothing."""
+    return None
+
+
+def model_load(*, tenant: Tenant, name: str, env: EnvLookup = no_env) -> ModelSpec:
     """A ready-to-call model: API key resolved, fallbacks resolved (one level, in order).
 
-    The key is the stored one (decrypted) or, failing that, ``env(api_key_env)``;
-    a thread passes its own env lookup so thread/agent/prompt values win.
+    The key comes from the model's credential, its stored key (decrypted) or
+    ``env(api_key_env)`` (:func:`agents.credentials.model_key`); a thread passes its own env
+    lookup (thread, agent, prompt and tenant levels: never the platform's).
     """
     return model_spec(model_rows(tenant=tenant, name=name), env=env)
 
@@ -191,7 +198,7 @@ def model_rows(*, tenant: Tenant, name: str) -> ModelRows:
     return row, tuple(by_name[n] for n in row.fallbacks if n in by_name)
 
 
-def model_spec(rows: ModelRows, *, env: EnvLookup = platform_env) -> ModelSpec:
+def model_spec(rows: ModelRows, *, env: EnvLookup = no_env) -> ModelSpec:
     row, fallbacks = rows
     return _spec(row, env=env, fallbacks=tuple(_spec(f, env=env, fallbacks=()) for f in fallbacks))
 
@@ -203,22 +210,23 @@ def _price(value: Decimal | None) -> Decimal | None:
 def _spec(row: Model, *, env: EnvLookup, fallbacks: tuple[ModelSpec, ...]) -> ModelSpec:
     doc = row_document(row)
     assert isinstance(doc, ModelDoc)
-    api_key: str | None = None
-    if row.api_key_encrypted is not None:
-        api_key = secret_decrypt(
+
+    def stored() -> str:
+        assert row.api_key_encrypted is not None
+        return secret_decrypt(
             tenant=row.tenant,
             ciphertext=bytes(row.api_key_encrypted),
             context=model_key_context(row),
         ).decode()
-    elif doc.api_key_env:
-        api_key = env(doc.api_key_env)
+
+    key = model_key(row, doc, env=env, stored=stored)
     capabilities = doc.capabilities
     return ModelSpec(
         name=doc.name,
         kind=doc.provider,
         model_id=doc.model_id,
-        base_url=doc.base_url,
-        api_key=api_key,
+        base_url=key.base_url,
+        api_key=key.api_key,
         config=doc.config,
         capabilities=ModelCapabilities(
             max_context_tokens=capabilities.max_context_tokens,
@@ -233,4 +241,6 @@ def _spec(row: Model, *, env: EnvLookup, fallbacks: tuple[ModelSpec, ...]) -> Mo
             cached_per_million=_price(doc.cached_price),
         ),
         fallbacks=fallbacks,
+        operator_endpoint=key.operator_endpoint,
+        key_refused=key.refused,
     )

@@ -15,6 +15,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from pydantic import ValidationError
 
+from agents.credentials import credential_choices
 from agents.documents import Strict, error_paths
 from agents.models import DEFINITION_MODELS, Definition, Model
 from agents.validation import (
@@ -27,6 +28,7 @@ from agents.validation import (
     RegistryLookup,
     validate_definitions,
 )
+from common.egress import destination_problem
 from common.errors import Conflict, NotFound, ValidationFailed
 from common.time import now
 from tenancy.encryption import secret_encrypt
@@ -126,6 +128,7 @@ def definitions_snapshot(*, tenant: Tenant) -> DefinitionSet:
         .filter(api_key_encrypted__isnull=False)
         .values_list("name", flat=True)
     )
+    snapshot.credentials = credential_choices(tenant=tenant)
     return snapshot
 
 
@@ -147,7 +150,11 @@ def validation_inputs(*, tenant: Tenant) -> tuple[RegistryLookup, Checkers]:
     def json_schema(schema: object) -> list[tuple[str, str]]:
         return [(problem.path, problem.message) for problem in check_schema(schema)]
 
-    return Lookup(), Checkers(json_schema=json_schema, scripted_config=check_scripted_config)
+    return Lookup(), Checkers(
+        json_schema=json_schema,
+        scripted_config=check_scripted_config,
+        destination=destination_problem,
+    )
 
 
 def definitions_check(*, tenant: Tenant, definitions: DefinitionSet) -> list[Problem]:

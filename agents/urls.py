@@ -12,6 +12,7 @@ from agents.api import (
     RegistryHooksView,
     RegistryToolsView,
 )
+from agents.credentials_api import CredentialViewSet
 from common.api import Router
 
 router = Router()
@@ -20,6 +21,7 @@ router.register("prompts", PromptViewSet, basename="prompt")
 router.register("agents", AgentViewSet, basename="agent")
 router.register("code-tools", CodeToolViewSet, basename="code-tool")
 router.register("permission-rules", PermissionRuleViewSet, basename="permission-rule")
+router.register("credentials", CredentialViewSet, basename="credential")
 
 urlpatterns = [
     re_path(r"^bundles/?$", BundleView.as_view(), name="bundles"),

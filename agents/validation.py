@@ -70,6 +70,21 @@ class RegistryLookup(Protocol):
 SchemaChecker = Callable[[object], Sequence[tuple[str, str]]]
 
 
+class CredentialLookup(Protocol):
+    """The provider credentials a tenant's models may name (agents.credentials)."""
+
+    def check(self, name: str, *, provider: str, base_url: str | None) -> tuple[str, str] | None:
+        """(field, message) when a model of ``provider`` at ``base_url`` may not use the
+        credential ``name``; None when it may."""
+
+
+class NoCredentials:
+    """A tenant with no credentials and no platform grant."""
+
+    def check(self, name: str, *, provider: str, base_url: str | None) -> tuple[str, str] | None:
+        return "credential", f"unknown credential {name!r}"
+
+
 @dataclass
 class DefinitionSet:
     """A tenant's definitions by kind and name; ``keyed_models`` have a stored API key."""
@@ -79,6 +94,7 @@ class DefinitionSet:
     agents: dict[str, AgentDoc] = field(default_factory=dict)
     code_tools: dict[str, CodeToolDoc] = field(default_factory=dict)
     keyed_models: set[str] = field(default_factory=set)
+    credentials: CredentialLookup = field(default_factory=NoCredentials)
 
     def of(self, kind: Kind) -> Mapping[str, Any]:
         mapping: Mapping[str, Any] = getattr(self, kind)
@@ -91,6 +107,8 @@ class Checkers:
 
     json_schema: SchemaChecker
     scripted_config: SchemaChecker
+    # Why a tenant-chosen base URL may not be called, judged without DNS (common.egress).
+    destination: Callable[[str], str | None]
 
 
 def validate_definitions(
@@ -127,10 +145,36 @@ class _Context:
         if doc.provider == "scripted":
             for path, message in self.checkers.scripted_config(doc.config):
                 yield Problem("models", doc.name, _join("config", path), message)
-        elif not doc.api_key_env and doc.name not in self.defs.keyed_models:
+        yield from self._model_key(doc)
+
+    def _model_key(self, doc: ModelDoc) -> Iterator[Problem]:
+        """Where the key comes from, and where it may go."""
+        name, keyed = doc.name, doc.name in self.defs.keyed_models
+        if doc.credential is not None:
+            if doc.provider == "scripted":
+                yield Problem("models", name, "credential", "a scripted model takes no key")
+            elif doc.api_key_env is not None or keyed:
+                yield Problem(
+                    "models", name, "credential",
+                    "give one key source: credential, api_key or api_key_env (send "
+                    "api_key: null to remove a stored key)",
+                )  # fmt: skip
+            else:
+                found = self.defs.credentials.check(
+                    doc.credential, provider=doc.provider, base_url=doc.base_url
+                )
+                if found is not None:
+                    yield Problem("models", name, found[0], found[1])
+            return
+        if doc.base_url is not None:
+            problem = self.checkers.destination(doc.base_url)
+            if problem is not None:
+                yield Problem("models", name, "base_url", problem)
+        if doc.provider != "scripted" and not doc.api_key_env and not keyed:
             yield Problem(
-                "models", doc.name, "api_key",
-                "no API key: set api_key (stored encrypted) or api_key_env", "warning",
+                "models", name, "api_key",
+                "no API key: name a credential, or set api_key (stored encrypted) or "
+                "api_key_env (the thread's or the tenant's env)", "warning",
             )  # fmt: skip
 
     def prompt(self, doc: PromptDoc) -> Iterator[Problem]:

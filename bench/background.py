@@ -33,7 +33,10 @@ HOOKED_EVENTS = 200
 HOOK_PACE_S = 0.01
 TIMEOUT_S = 120.0
 # The worker and this process may deliver to the loopback receiver.
-WEBHOOK_ENVIRONMENT = {"WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true"}
+LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
+WEBHOOK_ENVIRONMENT = {
+    "WEBHOOK_ALLOW_HTTP": "true", "EGRESS_ALLOWED_NETWORKS": ",".join(LOOPBACK_NETWORKS),
+}  # fmt: skip
 
 
 @benchmark("background")
@@ -43,7 +46,8 @@ def background() -> Sequence[Row]:
 
         from config.celery import app
 
-        settings.WEBHOOK_ALLOW_HTTP = settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+        settings.WEBHOOK_ALLOW_HTTP = True
+        settings.EGRESS_ALLOWED_NETWORKS = LOOPBACK_NETWORKS
 
         previous = app.conf.task_default_queue
         app.conf.task_default_queue = queue

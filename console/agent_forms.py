@@ -14,11 +14,13 @@ from django import forms
 from pydantic import StringConstraints
 from pydantic.fields import FieldInfo
 
+from agents.bundles import MAX_BUNDLE_BYTES
 from agents.form_errors import add_definition_problems, top_field
 from agents.models import DEFINITION_MODELS
 from agents.services import KEEP
 from agents.validation import SINGULAR, Kind
-from common.errors import DomainError, ValidationFailed
+from common.errors import DomainError, LimitExceeded, ValidationFailed
+from common.parsing import json_parse
 
 # A string field longer than this (or without a pattern or a limit) is a textarea.
 LONG_TEXT = 200
@@ -95,9 +97,9 @@ class JsonField(forms.CharField):
         if text is None or text in self.empty_values:
             return None
         try:
-            return json.loads(text)
-        except ValueError as error:
-            raise forms.ValidationError(f"not JSON: {error}") from error
+            return json_parse(text, field=str(self.label or "value"))
+        except ValidationFailed as error:
+            raise forms.ValidationError(error.message) from error
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, str) or value is None:
@@ -209,9 +211,17 @@ class BundleForm(forms.Form):
 
     def text(self) -> str:
         """The bundle's text: the uploaded file's, else the pasted one. Raises
-        ValidationFailed when there is neither, or the file is not UTF-8."""
+        ValidationFailed when there is neither, or the file is not UTF-8, and LimitExceeded
+        when the file is larger than a bundle may be (it is not read then: Django caps a
+        form's fields, not its files)."""
         upload = self.cleaned_data.get("upload")
         if upload is not None:
+            if upload.size > MAX_BUNDLE_BYTES:
+                raise LimitExceeded(
+                    f"the file is {upload.size} bytes; a bundle is at most {MAX_BUNDLE_BYTES} "
+                    "bytes (the limit MAX_BUNDLE_BYTES)",
+                    field="upload",
+                )
             try:
                 return str(upload.read().decode("utf-8"))
             except UnicodeDecodeError as error:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import agents, files, observe, playground, threads, usage, values
+from console.views import agents, credentials, files, observe, playground, threads, usage, values
 
 app_name = "console"
 
@@ -23,6 +23,7 @@ urlpatterns = [
     *files.urlpatterns,
     *values.urlpatterns,
     *observe.urlpatterns,
+    *credentials.urlpatterns,  # before the agents pages: agents/<kind>/<name>/ would take it
     *agents.urlpatterns,
     *playground.urlpatterns,
     *usage.urlpatterns,

@@ -7,6 +7,7 @@ from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
 from tenancy.models import Role, Tenant
+from tenancy.throttling import api_key_failures_reset
 from tests.factories import make_api_key, make_tenant, make_thread
 from threads.models import Thread
 
@@ -14,6 +15,14 @@ from threads.models import Thread
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings: Settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _no_api_key_failures() -> None:
+    """Every test starts with no failed API-key authentications counted (they live in Redis,
+    which tests share; many tests present bad keys on purpose). Login failures are rows,
+    rolled back with the database."""
+    api_key_failures_reset()
 
 
 @pytest.fixture(autouse=True)

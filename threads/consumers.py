@@ -5,8 +5,10 @@ Both accept the socket first and then close with an application code and a reaso
 that browsers see them: ``4400`` a malformed ``after``; ``4401`` no valid credentials, also
 later, when the socket's key is revoked or expires, its membership is removed, or its tenant
 or user is deactivated (``tenancy.credentials``); ``4404`` no such thread in the caller's tenant;
-``4410`` the thread is terminated (after its events were sent). A client may send ``ping``
-(or ``{"type": "ping"}``) and gets ``{"type": "pong"}``.
+``4410`` the thread is terminated (after its events were sent); ``4429`` too many failed
+API-key authentications from the client's address (``tenancy.throttling``; the reason says
+when to retry). A client may send ``ping`` (or ``{"type": "ping"}``) and gets
+``{"type": "pong"}``.
 
 A thread socket also reads the log when nothing arrived live for a while
 (``threads.streams.IDLE_RECHECK_S``), so an event whose layer message was dropped reaches it
@@ -25,6 +27,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from common.errors import AuthThrottled
 from common.time import now
 from tenancy.authentication import BEARER_SUBPROTOCOL_PREFIX
 from tenancy.credentials import credential_groups, credentials_expire_at
@@ -40,6 +43,7 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_TERMINATED = 4410
+CLOSE_THROTTLED = 4429
 # The reason text each close frame carries (at most 123 bytes, the protocol's limit).
 CLOSE_REASONS = {
     CLOSE_BAD_REQUEST: "bad request: after must be a whole number",
@@ -73,7 +77,7 @@ def _is_ping(text: str | None) -> bool:
         return True
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python can read
         return False
     return isinstance(data, dict) and data.get("type") == "ping"
 
@@ -92,12 +96,24 @@ class _EventSocket(AsyncWebsocketConsumer):
                 await self._join(group)
         await self.accept(subprotocol=_subprotocol(self.scope))
         if principal is None:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._refuse(self.scope.get("auth_error"))
             return None
         expires_at = credentials_expire_at(principal)
         if expires_at is not None:
             self.expiry = asyncio.create_task(self._close_at(expires_at))
         return principal
+
+    async def _refuse(self, error: dict[str, Any] | None) -> None:
+        """Close a socket without a principal: 4429 with the throttle's message (it says when
+        to retry), else 4401."""
+        if error is not None and error.get("code") == AuthThrottled.code:
+            retry_after_s = error["details"]["retry_after_s"]
+            reason = (
+                f"too many failed authentications from your address; retry in {retry_after_s} s"
+            )
+            await self.close(code=CLOSE_THROTTLED, reason=reason)
+        else:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def _join(self, group: str) -> None:
         self.groups_joined.append(group)

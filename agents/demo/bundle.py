@@ -2,9 +2,9 @@
 dual_ai writer/reviewer pair, and a coordinator that delegates drafts to that pair as a
 subagent on a child thread.
 
-With ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY`` in the platform
-env the agents use a real model; otherwise the scripted model, which answers by fixed
-rules and says so.
+With ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY`` set, the agents use
+a real model through the operator's platform credential (the demo tenant is granted it);
+otherwise the scripted model, which answers by fixed rules and says so.
 """
 
 from __future__ import annotations
@@ -52,40 +52,38 @@ SCRIPTED_RULES: list[dict[str, Any]] = [
 # Prices (USD per 1M tokens) of the default demo models; another model's are unknown.
 _PRICES = {"gpt-4o-mini": ("0.15", "0.6"), "claude-3-5-haiku-latest": ("0.8", "4")}
 # The key of a local OpenAI-compatible server that needs none (it accepts any value).
-LOCAL_SERVER_KEY = "local-server"
 SCRIPTED_MODEL: dict[str, Any] = {
     "name": "demo_model", "provider": "scripted", "model_id": "scripted-demo",
     "config": {"rules": SCRIPTED_RULES},
 }  # fmt: skip
+PlatformCredentials = Mapping[str, Mapping[str, str | None]]
 
 
-def demo_model(platform_env: Mapping[str, str], *, model_ids: Mapping[str, str]) -> dict[str, Any]:
-    """A real model when the platform env has provider settings, else the scripted one.
-    ``model_ids``: the model of each provider (``openai``, ``anthropic``). With only
-    ``OPENAI_BASE_URL`` (a local server) the model stores a placeholder key."""
-    if platform_env.get("OPENAI_API_KEY") or platform_env.get("OPENAI_BASE_URL"):
-        model: dict[str, Any] = {"name": "demo_model", "provider": "openai",
-                                 "model_id": model_ids["openai"]}  # fmt: skip
-        if platform_env.get("OPENAI_API_KEY"):
-            model["api_key_env"] = "OPENAI_API_KEY"
-        else:
-            model["api_key"] = LOCAL_SERVER_KEY
-        if platform_env.get("OPENAI_BASE_URL"):
-            model["base_url"] = platform_env["OPENAI_BASE_URL"]
-        return _priced(model)
-    if platform_env.get("ANTHROPIC_API_KEY"):
-        return _priced({
-            "name": "demo_model", "provider": "anthropic", "model_id": model_ids["anthropic"],
-            "api_key_env": "ANTHROPIC_API_KEY",
-        })  # fmt: skip
+def demo_model(credentials: PlatformCredentials, *, model_ids: Mapping[str, str]) -> dict[str, Any]:
+    """A real model on the operator's platform credential when there is one (OpenAI first),
+    else the scripted one. ``credentials``: ``settings.PLATFORM_PROVIDER_CREDENTIALS_SECRETS``
+    (with only ``OPENAI_BASE_URL``, a local server, the credential holds a placeholder key);
+    ``model_ids``: the model of each provider (``openai``, ``anthropic``)."""
+    for provider in ("openai", "anthropic"):
+        if provider in credentials:
+            model = {
+                "name": "demo_model", "provider": provider, "model_id": model_ids[provider],
+                "credential": f"platform:{provider}",
+            }  # fmt: skip
+            official = not credentials[provider].get("base_url")
+            prices = _PRICES.get(model["model_id"]) if official else None
+            if prices is not None:
+                model["input_price"], model["output_price"] = prices
+            return model
     return dict(SCRIPTED_MODEL)
 
 
-def _priced(model: dict[str, Any]) -> dict[str, Any]:
-    prices = _PRICES.get(model["model_id"]) if "base_url" not in model else None
-    if prices is not None:
-        model["input_price"], model["output_price"] = prices
-    return model
+def relies_on_platform_env(doc: Any) -> bool:
+    """Whether a stored model takes its key from a provider variable of the platform env,
+    as the demo model did before platform credentials (models never read that level now)."""
+    return bool(
+        doc.credential is None and doc.api_key_env in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    )
 
 
 def is_seeded_scripted_model(doc: Any) -> bool:
@@ -97,10 +95,12 @@ def is_seeded_scripted_model(doc: Any) -> bool:
     )
 
 
-def demo_bundle(platform_env: Mapping[str, str], *, model_ids: Mapping[str, str]) -> dict[str, Any]:
+def demo_bundle(
+    credentials: PlatformCredentials, *, model_ids: Mapping[str, str]
+) -> dict[str, Any]:
     return {
         "version": 1,
-        "models": [demo_model(platform_env, model_ids=model_ids)],
+        "models": [demo_model(credentials, model_ids=model_ids)],
         "prompts": [
             {
                 "name": "assistant",

@@ -11,6 +11,7 @@ the abort is used.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import threading
@@ -36,6 +37,7 @@ from agents.providers.base import (
     StreamChunk,
     is_retryable_status,
 )
+from common.egress import egress_client, egress_refusal
 
 T = TypeVar("T")
 
@@ -48,7 +50,15 @@ _Kind = Literal["item", "end", "error", "abort"]
 
 
 def api_key_of(spec: ModelSpec) -> str:
-    """The spec's key; a missing key fails before any network traffic."""
+    """The spec's key; a refused or missing key fails before any network traffic."""
+    if spec.key_refused is not None:
+        raise ProviderError(
+            spec.key_refused.message,
+            retryable=False,
+            provider=spec.kind,
+            model=spec.name,
+            code=spec.key_refused.code,
+        )
     if not spec.api_key:
         raise ProviderError(
             f"model '{spec.name}' ({spec.kind}) has no API key: store one on the model or name "
@@ -243,9 +253,25 @@ class DeltaRuns:
 def translate_sdk_error(spec: ModelSpec, error: Exception, sdk: ModuleType) -> ProviderError:
     """An exception of the ``openai`` or ``anthropic`` SDK (they share the class names) as a
     :class:`ProviderError`. Order matters: timeouts are connection errors, and both are
-    ``APIError`` subclasses, as are status errors."""
+    ``APIError`` subclasses, as are status errors. A destination the egress guard refused
+    (wrapped by the SDK as a connection error) is never retried: the same call would be
+    refused again."""
+    refusal = egress_refusal(error)
+    if refusal is not None:
+        return ProviderError(
+            f"{spec.kind} model '{spec.name}' may not be called: {refusal.message}",
+            retryable=False,
+            provider=spec.kind,
+            model=spec.name,
+            code=refusal.code,
+        )
     if isinstance(error, sdk.APIStatusError) and error.status_code >= 400:
         return status_error(spec, error.status_code, error_detail(error))
+    if isinstance(error, sdk.APIStatusError) and 300 <= error.status_code < 400:
+        location = error.response.headers.get("location", "")
+        return status_error(
+            spec, error.status_code, f"redirects are not followed (to {location or 'nowhere'})"
+        )
     if isinstance(error, sdk.APITimeoutError):
         return transport_error(spec, "timed out")
     if isinstance(error, sdk.APIConnectionError | httpx2.TransportError):
@@ -262,6 +288,22 @@ def translate_sdk_error(spec: ModelSpec, error: Exception, sdk: ModuleType) -> P
     )
 
 
+@functools.lru_cache(maxsize=128)
+def sdk_client(
+    client_class: type, base_url: str, api_key: str, timeout_s: float, *, trusted: bool
+) -> Any:
+    """One SDK client (and connection pool) per endpoint and key; the SDK never retries
+    itself. It sends through the egress guard (``trusted``: the operator chose the endpoint,
+    so no address is refused)."""
+    return client_class(
+        base_url=base_url,
+        api_key=api_key,
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=egress_client(timeout=timeout_s, trusted=trusted),
+    )
+
+
 class SDKProvider(ABC):
     """The call skeleton of an SDK-backed provider; subclasses shape requests and answers.
 
@@ -271,9 +313,22 @@ class SDKProvider(ABC):
     """
 
     sdk: ClassVar[ModuleType]
+    client_class: ClassVar[type]
+    default_base_url: ClassVar[str]
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
+
+    def _client(self) -> Any:
+        """The SDK client of the spec's endpoint and key (a refused or missing key fails
+        here, before any traffic)."""
+        return sdk_client(
+            self.client_class,
+            self.spec.base_url or self.default_base_url,
+            api_key_of(self.spec),
+            timeout_of(self.spec),
+            trusted=self.spec.operator_endpoint,
+        )
 
     def generate(
         self, request: ProviderRequest, *, abort: AbortSignal | None = None
@@ -305,9 +360,6 @@ class SDKProvider(ABC):
 
     def _translate(self, error: Exception) -> ProviderError:
         return translate_sdk_error(self.spec, error, self.sdk)
-
-    @abstractmethod
-    def _client(self) -> Any: ...
 
     @abstractmethod
     def _params(self, request: ProviderRequest) -> dict[str, Any]: ...

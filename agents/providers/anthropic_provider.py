@@ -15,7 +15,6 @@ of one role are merged (tool results first), as the API requires alternating rol
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -27,10 +26,8 @@ from anthropic.types import Message, RawMessageStreamEvent
 from agents.providers._sdk import (
     DeltaRuns,
     SDKProvider,
-    api_key_of,
     parse_arguments,
     provider_options,
-    timeout_of,
 )
 from agents.providers.base import (
     Finish,
@@ -67,16 +64,12 @@ _FINISH: Final[dict[str, FinishReason]] = {
 }
 
 
-@functools.lru_cache(maxsize=64)
-def _client(base_url: str, api_key: str, timeout_s: float) -> anthropic.Anthropic:
-    """One client (and connection pool) per endpoint and key; the SDK never retries itself."""
-    return anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
-
-
 class AnthropicProvider(SDKProvider):
     """The :class:`~agents.providers.base.Provider` for ``kind == "anthropic"``."""
 
     sdk: ClassVar[ModuleType] = anthropic
+    client_class: ClassVar[type] = anthropic.Anthropic
+    default_base_url: ClassVar[str] = DEFAULT_BASE_URL
 
     def _create(self, client: Any, params: dict[str, Any]) -> Any:
         return client.messages.create(**params)
@@ -88,10 +81,6 @@ class AnthropicProvider(SDKProvider):
         return _StreamAssembler(self.spec).run(events)
 
     # Request -----------------------------------------------------------------------------------
-
-    def _client(self) -> anthropic.Anthropic:
-        base_url = self.spec.base_url or DEFAULT_BASE_URL
-        return _client(base_url, api_key_of(self.spec), timeout_of(self.spec))
 
     def _params(self, request: ProviderRequest) -> dict[str, Any]:
         system, messages = conversation(request.messages)

@@ -115,6 +115,15 @@ class ModelPrices:
 
 
 @dataclass(frozen=True)
+class KeyRefusal:
+    """Why a model's call may not have its key (agents.credentials): the call fails with a
+    non-retryable ProviderError of this ``code`` before any network traffic."""
+
+    message: str
+    code: str = "provider_credential_refused"
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One named model with everything needed to call it, built from a ``Model`` row.
 
@@ -124,6 +133,13 @@ class ModelSpec:
     the request's own options winning); for ``scripted`` see :mod:`agents.providers.scripted`.
     ``fallbacks`` are tried in order by :func:`agents.providers.chain.generate_with_fallbacks`;
     the fallbacks of a fallback are not followed.
+
+    ``operator_endpoint`` is True when the operator chose where the call goes (a platform
+    credential with its official or listed base URL); otherwise the destination is the
+    tenant's and every connection goes through the egress guard (:mod:`common.egress`).
+    ``key_refused`` says why the model's key may not be used for this call (a platform
+    credential with a base URL the operator did not allow): the call fails before any
+    network traffic.
     """
 
     name: str
@@ -135,6 +151,8 @@ class ModelSpec:
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
     prices: ModelPrices = field(default_factory=ModelPrices)
     fallbacks: tuple[ModelSpec, ...] = ()
+    operator_endpoint: bool = False
+    key_refused: KeyRefusal | None = None
 
 
 # The neutral request ---------------------------------------------------------------------------

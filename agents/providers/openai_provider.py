@@ -10,7 +10,6 @@ Chat Completions equivalent and is ignored (``effort`` becomes ``reasoning_effor
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +24,8 @@ from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from agents.providers._sdk import (
     DeltaRuns,
     SDKProvider,
-    api_key_of,
     parse_arguments,
     provider_options,
-    timeout_of,
 )
 from agents.providers.base import (
     NO_USAGE,
@@ -61,16 +58,12 @@ _FINISH: Final[dict[str, FinishReason]] = {
 }
 
 
-@functools.lru_cache(maxsize=64)
-def _client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
-    """One client (and connection pool) per endpoint and key; the SDK never retries itself."""
-    return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
-
-
 class OpenAIProvider(SDKProvider):
     """The :class:`~agents.providers.base.Provider` for ``kind == "openai"``."""
 
     sdk: ClassVar[ModuleType] = openai
+    client_class: ClassVar[type] = openai.OpenAI
+    default_base_url: ClassVar[str] = DEFAULT_BASE_URL
 
     def _create(self, client: Any, params: dict[str, Any]) -> Any:
         return client.chat.completions.create(**params)
@@ -84,10 +77,6 @@ class OpenAIProvider(SDKProvider):
         return _StreamAssembler(self.spec).run(events)
 
     # Request -----------------------------------------------------------------------------------
-
-    def _client(self) -> openai.OpenAI:
-        base_url = self.spec.base_url or DEFAULT_BASE_URL
-        return _client(base_url, api_key_of(self.spec), timeout_of(self.spec))
 
     def _params(self, request: ProviderRequest) -> dict[str, Any]:
         params: dict[str, Any] = {

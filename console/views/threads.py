@@ -5,7 +5,6 @@ tenant's thread a 404. Writes answer as :func:`console.views.common.answer` says
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -21,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents.graph import GraphVariable, agent_graph_variables
 from agents.selectors import agent_names
 from common.errors import DomainError, NotFound, ValidationFailed
+from common.parsing import json_parse
 from common.time import from_us
 from console.forms import ENV_PREFIX, MessageForm, ThreadFilterForm, ThreadNewForm
 from console.scope import SESSION_TENANT, Console, console_of, console_view
@@ -225,10 +225,7 @@ def action_respond_view(
     def respond() -> dict[str, Any]:
         for name in ("data", "arguments"):  # an answer, or an approval's edited arguments
             if name in request.POST:
-                try:
-                    body[name] = json.loads(request.POST[name])
-                except ValueError as error:
-                    raise ValidationFailed(f"{name} is not JSON: {error}", field=name) from error
+                body[name] = json_parse(request.POST[name], field=name)
         action = action_respond(thread=thread, action_id=action_id, body=body, responder=responder)
         return {"action_id": str(action.pk), "status": action.status}
 

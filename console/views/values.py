@@ -22,7 +22,8 @@ from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from common.errors import DomainError, NotFound
+from common.errors import DomainError, NotFound, ValidationFailed
+from common.parsing import json_parse
 from common.time import from_us
 from console.scope import console_of, console_view
 from console.views.common import THREAD, answer, refuse_at_field, tenant_thread, thread_page
@@ -50,9 +51,9 @@ class ValueForm(forms.Form):
 
     def clean_value(self) -> Any:
         try:
-            return json.loads(self.cleaned_data["value"])
-        except ValueError as error:
-            raise forms.ValidationError(f"value is not JSON: {error}") from error
+            return json_parse(self.cleaned_data["value"], field="value")
+        except ValidationFailed as error:
+            raise forms.ValidationError(error.message) from error
 
 
 class EnvForm(forms.Form):

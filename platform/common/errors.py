@@ -107,6 +107,14 @@ class RateLimited(RetryLater):
     status = 429
 
 
+class AuthThrottled(RetryLater):
+    """Too many failed authentications from the caller's address (or with one key prefix
+    from it): credentials from there are refused unchecked until ``retry_after_s`` passes."""
+
+    code = "auth_throttled"
+    status = 429
+
+
 class TemporarilyUnavailable(RetryLater):
     """The platform cannot serve this now through no fault of the caller (every sandbox
     runner busy, a dependency unreachable)."""

@@ -8,8 +8,9 @@ Which statuses follow from what an operation has, not from its view:
   that breaks a rule is refused by the view.
 * 503 for every operation: PostgreSQL or Redis is unreachable (``Retry-After`` says when
   to try again).
-* 401 and 403 when the operation needs credentials (an unidentified caller; a role too
-  low, or a session write without its CSRF token).
+* 401, 403 and 429 when the operation needs credentials (an unidentified caller; a role
+  too low, or a session write without its CSRF token; too many failed API-key
+  authentications from the caller's address, ``Retry-After`` says when to try again).
 * 404 when the path has parameters (no such object for this tenant).
 * 408, 413 and 415 when the operation takes a body (it did not arrive in time, it is too
   large, or it is in a media type the operation does not parse).
@@ -25,10 +26,12 @@ from functools import cache
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 
+from common.inputs import StrictInput
 from common.pagination import NEXT_HELP, PREVIOUS_HELP
 
 API_PREFIX = "/api/v1/"
@@ -139,6 +142,8 @@ class AutoSchema(SpectacularAutoSchema):
     tag per resource, and descriptions only where a view wrote one for users (docstrings
     are for the code's readers)."""
 
+    _mapping_body = False  # a request body is being mapped (not query parameters)
+
     def get_tags(self) -> list[str]:
         return [resource_tag(self.path)]
 
@@ -166,7 +171,7 @@ class AutoSchema(SpectacularAutoSchema):
     def _error_statuses(self) -> list[int]:
         statuses = [400, 503]
         if not all(isinstance(p, AllowAny) for p in self.view.get_permissions()):
-            statuses += [401, 403]
+            statuses += [401, 403, 429]
         if "{" in self.path:
             statuses.append(404)
         if self.method in ("POST", "PUT", "PATCH") and self._takes_body():
@@ -177,3 +182,32 @@ class AutoSchema(SpectacularAutoSchema):
 
     def _takes_body(self) -> bool:
         return self._get_request_body() is not None  # type: ignore[no-untyped-call]
+
+    def _get_request_for_media_type(self, serializer: Any, direction: Any = "request") -> Any:
+        self._mapping_body = True
+        try:
+            return super()._get_request_for_media_type(  # type: ignore[no-untyped-call]
+                serializer, direction
+            )
+        finally:
+            self._mapping_body = False
+
+    def _map_basic_serializer(self, serializer: Any, direction: Any) -> dict[str, Any]:
+        """A request body's serializer, and each one nested in it, must be a StrictInput
+        (:mod:`common.inputs`); its object is then closed (``additionalProperties: false``).
+        Query parameters declared by a serializer are not a body."""
+        schema: dict[str, Any] = super()._map_basic_serializer(  # type: ignore[no-untyped-call]
+            serializer, direction
+        )
+        if direction != "request" or not self._mapping_body:
+            return schema
+        instance = force_instance(serializer)  # type: ignore[no-untyped-call]
+        if not isinstance(instance, StrictInput):
+            name = type(instance).__name__
+            raise TypeError(
+                f"{name} is in the request body of {self.method} {self.path} but is not a "
+                "common.inputs.StrictInput, so it would drop an unknown key; derive it from "
+                "StrictInput"
+            )
+        schema["additionalProperties"] = False
+        return schema

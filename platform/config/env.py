@@ -16,6 +16,7 @@ Two modes:
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import secrets
@@ -263,13 +264,12 @@ def effect_sweep_grace_s() -> float:
 
 
 def webhook_settings() -> dict[str, Any]:
-    """Webhooks (threads.services.webhooks): how URLs may look and where they may lead, the
+    """Webhooks (threads.services.webhooks): whether URLs may be plain http, the
     attempt timeout, the retries (exponential from a base, capped, jittered) and when an
     endpoint that keeps failing is disabled, how long a rotated secret keeps signing, and
     how long subscriptions are cached per process."""
     return {
         "WEBHOOK_ALLOW_HTTP": _bool("WEBHOOK_ALLOW_HTTP", False),
-        "WEBHOOK_ALLOW_PRIVATE_NETWORKS": _bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", False),
         "WEBHOOK_TIMEOUT_S": _positive("WEBHOOK_TIMEOUT_S", 10),
         "WEBHOOK_MAX_ATTEMPTS": _positive("WEBHOOK_MAX_ATTEMPTS", 8),
         "WEBHOOK_RETRY_BASE_S": _positive_float("WEBHOOK_RETRY_BASE_S", 5.0),
@@ -278,6 +278,38 @@ def webhook_settings() -> dict[str, Any]:
         "WEBHOOK_SECRET_OVERLAP_S": _positive("WEBHOOK_SECRET_OVERLAP_S", 86_400),
         "WEBHOOK_CACHE_S": _positive_float("WEBHOOK_CACHE_S", 2.0),
     }
+
+
+def egress_allowed_networks() -> list[str]:
+    """``EGRESS_ALLOWED_NETWORKS``: comma-separated networks (``10.0.0.0/8``) or addresses
+    that calls to tenant-chosen URLs may reach although not public (common.egress); none
+    by default, in every mode."""
+    cidrs = _list("EGRESS_ALLOWED_NETWORKS") or []
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(str(ipaddress.ip_network(cidr)))
+        except ValueError as error:
+            raise ImproperlyConfigured(
+                f"EGRESS_ALLOWED_NETWORKS must list networks such as 10.0.0.0/8, got {cidr!r}: "
+                f"{error}"
+            ) from error
+    return networks
+
+
+def egress_allowed_hosts() -> list[str]:
+    """``EGRESS_ALLOWED_HOSTS``: comma-separated names (``llm.internal``) or suffixes
+    (``*.internal``) whose addresses calls to tenant-chosen URLs may reach whatever they
+    are (common.egress); none by default, in every mode."""
+    hosts = [host.lower().rstrip(".") for host in _list("EGRESS_ALLOWED_HOSTS") or []]
+    for host in hosts:
+        name = host.removeprefix("*.")
+        if not name or "*" in name or "/" in name or ":" in name:
+            raise ImproperlyConfigured(
+                "EGRESS_ALLOWED_HOSTS must list host names (llm.internal) or suffixes "
+                f"(*.internal), got {host!r}"
+            )
+    return hosts
 
 
 def _positive_float(name: str, default: float) -> float:
@@ -329,6 +361,28 @@ def request_body_timeout_s() -> int:
     return _positive("REQUEST_BODY_TIMEOUT_S", 30)
 
 
+def login_throttle_settings() -> dict[str, int]:
+    """Failed console and admin logins (tenancy.logins): how many one account may fail from
+    one client address, how many one address may fail across accounts (higher: it stops one
+    address trying many accounts), and how long a lock lasts after the last failure."""
+    return {
+        "LOGIN_FAILURES_PER_ACCOUNT": _positive("LOGIN_FAILURES_PER_ACCOUNT", 5),
+        "LOGIN_FAILURES_PER_ADDRESS": _positive("LOGIN_FAILURES_PER_ADDRESS", 50),
+        "LOGIN_LOCKOUT_S": _positive("LOGIN_LOCKOUT_S", 900),
+    }
+
+
+def api_key_throttle_settings() -> dict[str, int]:
+    """Failed API-key authentications (tenancy.throttling): how many one client address may
+    have in a window, how many for one presented key prefix from one address, and the
+    window's length."""
+    return {
+        "API_KEY_FAILURES_PER_ADDRESS": _positive("API_KEY_FAILURES_PER_ADDRESS", 30),
+        "API_KEY_FAILURES_PER_PREFIX": _positive("API_KEY_FAILURES_PER_PREFIX", 10),
+        "API_KEY_FAILURE_WINDOW_S": _positive("API_KEY_FAILURE_WINDOW_S", 60),
+    }
+
+
 # Secrets -------------------------------------------------------------------
 
 
@@ -371,18 +425,53 @@ def encryption_keys() -> list[str]:
 
 
 def agent_platform_env() -> dict[str, str]:
-    """The platform level of agent env lookups (after thread, tool, agent, prompt, tenant).
+    """The platform level of agent env lookups (after thread, tool, agent, prompt, tenant),
+    which only the operator's registry code (Python tools, hooks) reads.
 
-    Only the variables named in ``AGENT_PLATFORM_ENV`` are passed on (default: the
-    usual provider keys and base URLs), never the whole process environment.
+    Only the variables named in ``AGENT_PLATFORM_ENV`` are passed on (default: none), never
+    the whole process environment. Provider keys reach models through platform credentials
+    (:func:`platform_provider_credentials`), not through this level.
     """
-    names = _list("AGENT_PLATFORM_ENV") or [
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_BASE_URL",
-    ]
+    names = _list("AGENT_PLATFORM_ENV") or []
     return {name: value for name in names if (value := _get(name)) is not None}
+
+
+# The key a local OpenAI-compatible server gets when OPENAI_BASE_URL is set without a key.
+LOCAL_SERVER_KEY = "local-server"
+
+
+def platform_provider_credentials() -> dict[str, dict[str, str | None]]:
+    """The operator's provider keys, as platform credentials by provider: ``{"openai":
+    {"api_key", "base_url"}}`` from ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` (the base URL
+    alone: a local server, which gets a placeholder key) and ``ANTHROPIC_API_KEY`` /
+    ``ANTHROPIC_BASE_URL``. ``base_url`` None is the official endpoint."""
+    found: dict[str, dict[str, str | None]] = {}
+    if _get("OPENAI_API_KEY") or _get("OPENAI_BASE_URL"):
+        found["openai"] = {
+            "api_key": _get("OPENAI_API_KEY") or LOCAL_SERVER_KEY,
+            "base_url": _get("OPENAI_BASE_URL"),
+        }
+    if _get("ANTHROPIC_API_KEY"):
+        found["anthropic"] = {
+            "api_key": _get("ANTHROPIC_API_KEY"),
+            "base_url": _get("ANTHROPIC_BASE_URL"),
+        }
+    return found
+
+
+def provider_base_urls_allowed() -> list[str]:
+    """Base URLs a model may use with a platform credential besides the provider's official
+    endpoint: ``PROVIDER_BASE_URLS_ALLOWED`` (comma-separated), and always the operator's own
+    ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``."""
+    listed = _list("PROVIDER_BASE_URLS_ALLOWED") or []
+    own = [url for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL") if (url := _get(name))]
+    return [*listed, *own]
+
+
+def platform_credentials_granted() -> bool:
+    """Whether a tenant may use platform credentials when its admin toggle is left at the
+    default (``PLATFORM_CREDENTIALS_GRANTED``, default false)."""
+    return _bool("PLATFORM_CREDENTIALS_GRANTED", False)
 
 
 def demo_model_ids() -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -72,9 +73,15 @@ PLATFORM_ENCRYPTION_KEYS = env.encryption_keys()
 # modules) only some tenants may use; everything not listed is open to every tenant.
 # {"tools": {"send_invoice": ["acme"]}, "hooks": {...}, "effects": {...}, "endpoints": {...}}
 AGENT_REGISTRY_RESTRICTED: dict[str, dict[str, list[str]]] = {}
-# The platform level of agent env lookups (e.g. OPENAI_API_KEY for models that name
-# it in api_key_env). "SECRETS" in the name makes Django's error pages redact it.
+# The platform level of agent env lookups, read only by the operator's registry code (never
+# by models, prompts or tenant code). "SECRETS" in the name makes Django's error pages redact it.
 AGENT_PLATFORM_ENV_SECRETS = env.agent_platform_env()
+# The operator's provider keys as platform credentials (agents.credentials): usable by a
+# tenant only when granted (PLATFORM_CREDENTIALS_GRANTED is the default of the per-tenant
+# toggle), and only with the official endpoint or a base URL listed here.
+PLATFORM_PROVIDER_CREDENTIALS_SECRETS = env.platform_provider_credentials()
+PLATFORM_CREDENTIALS_GRANTED = env.platform_credentials_granted()
+PROVIDER_BASE_URLS_ALLOWED = env.provider_base_urls_allowed()
 # The demo agents' model per provider (OPENAI_MODEL, ANTHROPIC_MODEL): seed_demo_agents.
 DEMO_MODEL_IDS = env.demo_model_ids()
 
@@ -90,6 +97,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "corsheaders",
+    "axes",
     "tenancy",
     "agents",
     "threads",
@@ -117,6 +125,9 @@ MIDDLEWARE = [
     "common.middleware.Authentication",
     "common.middleware.Messages",
     "common.middleware.FrameOptions",
+    # Last: turns a login that axes refused into the lockout page (tenancy.logins); it only
+    # reads a flag the login sets, on the event loop.
+    "axes.middleware.AxesMiddleware",
 ]
 # Browser pages on these origins may call /api/ (preflights answered, the platform's own
 # request and response headers allowed and exposed); none by default.
@@ -199,10 +210,13 @@ ACTION_SWEEP_INTERVAL_S = env.action_sweep_interval_s()
 EFFECT_ETA_HORIZON_S = env.effect_eta_horizon_s()
 EFFECT_SWEEP_INTERVAL_S = env.effect_sweep_interval_s()
 EFFECT_SWEEP_GRACE_S = env.effect_sweep_grace_s()
+# Egress (common.egress): what calls to tenant-chosen URLs (model base URLs, webhooks) may
+# reach although it is not public; nothing by default.
+EGRESS_ALLOWED_NETWORKS: list[str] = env.egress_allowed_networks()
+EGRESS_ALLOWED_HOSTS: list[str] = env.egress_allowed_hosts()
 # Webhooks (threads.services.webhooks; env.webhook_settings says what each is).
 _webhooks = env.webhook_settings()
 WEBHOOK_ALLOW_HTTP: bool = _webhooks["WEBHOOK_ALLOW_HTTP"]
-WEBHOOK_ALLOW_PRIVATE_NETWORKS: bool = _webhooks["WEBHOOK_ALLOW_PRIVATE_NETWORKS"]
 WEBHOOK_TIMEOUT_S: int = _webhooks["WEBHOOK_TIMEOUT_S"]
 WEBHOOK_MAX_ATTEMPTS: int = _webhooks["WEBHOOK_MAX_ATTEMPTS"]
 WEBHOOK_RETRY_BASE_S: float = _webhooks["WEBHOOK_RETRY_BASE_S"]
@@ -314,6 +328,8 @@ SPECTACULAR_SETTINGS = {
         "AgentTypeEnum": "agents.models.AgentType.values",  # the documents use its values
         "EnvTypeEnum": ["text", "secret"],  # threads.services.env.EnvTypeName
         "PermissionDecisionEnum": "agents.permissions.DECISIONS",
+        "CredentialProviderEnum": "agents.models.CredentialProvider.choices",
+        "ModelProviderEnum": "agents.models.ProviderKind.values",  # the documents use its values
         "ActionDecisionEnum": "threads.services.actions.ANSWERS",
         "RunStatusEnum": "threads.models.RunStatus.choices",
         "TurnKindEnum": "threads.models.TurnKind.choices",
@@ -328,6 +344,36 @@ SESSION_COOKIE_HTTPONLY = True
 # The console's login (Django's auth views); the admin keeps its own.
 LOGIN_URL = "console:login"
 LOGIN_REDIRECT_URL = "console:threads"
+# Failed console and admin logins (tenancy.logins, docs/security.md#authentication-throttling):
+# counted per (account, client address) and per address by django-axes, which refuses a
+# locked login before checking its password.
+_logins = env.login_throttle_settings()
+LOGIN_FAILURES_PER_ACCOUNT = _logins["LOGIN_FAILURES_PER_ACCOUNT"]
+LOGIN_FAILURES_PER_ADDRESS = _logins["LOGIN_FAILURES_PER_ADDRESS"]
+LOGIN_LOCKOUT_S = _logins["LOGIN_LOCKOUT_S"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "tenancy.logins.LoginThrottleHandler"
+# Axes counts (username, address) pairs; the higher per-address limit is the handler's.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = LOGIN_FAILURES_PER_ACCOUNT
+AXES_COOLOFF_TIME = dt.timedelta(seconds=LOGIN_LOCKOUT_S)
+AXES_RESET_ON_SUCCESS = True
+# A refused attempt is not counted, so the wait the lockout page names is the wait.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "tenancy.logins.login_client_address"
+AXES_LOCKOUT_CALLABLE = "tenancy.logins.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # no banner at every process start; failures still log a warning
+# tenancy.lockouts_admin registers the attempts for superusers only.
+AXES_ENABLE_ADMIN = False
+# Failed API-key authentications (tenancy.throttling): Redis counters in fixed windows.
+_api_keys = env.api_key_throttle_settings()
+API_KEY_FAILURES_PER_ADDRESS = _api_keys["API_KEY_FAILURES_PER_ADDRESS"]
+API_KEY_FAILURES_PER_PREFIX = _api_keys["API_KEY_FAILURES_PER_PREFIX"]
+API_KEY_FAILURE_WINDOW_S = _api_keys["API_KEY_FAILURE_WINDOW_S"]
 if env.is_production():
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

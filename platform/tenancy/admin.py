@@ -27,6 +27,7 @@ from django.http import HttpRequest
 
 from common.errors import ValidationFailed
 from common.time import from_us
+from tenancy import lockouts_admin  # noqa: F401 - registers the failed logins (superusers only)
 from tenancy.encryption import new_wrapped_data_key
 from tenancy.models import ApiKey, Membership, Role, Tenant
 from tenancy.services import api_key_create, api_key_issue, api_key_revoke
@@ -284,10 +285,10 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
     see their own, read-only."""
 
     tenant_lookup = "id"
-    list_display = ["slug", "name", "is_active", "created_at"]
+    list_display = ["slug", "name", "is_active", "platform_credentials", "created_at"]
     search_fields = ["slug", "name"]
     readonly_fields = ["id", "created_at"]
-    fields = ["id", "slug", "name", "is_active", "created_at"]
+    fields = ["id", "slug", "name", "is_active", "platform_credentials", "created_at"]
     inlines = [MembershipInline]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.inputs import StrictInput
 from common.schema import US_SINCE_EPOCH
 from common.time import from_us, to_us
 from tenancy.models import ApiKey, Role
@@ -111,7 +112,7 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
     key = serializers.CharField(help_text="the full API key; it is shown only once")
 
 
-class ApiKeyCreateInput(serializers.Serializer[Any]):
+class ApiKeyCreateInput(StrictInput):
     name = serializers.CharField(max_length=100)
     role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
     expires_at = MomentInputField(

@@ -19,18 +19,31 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.request import Request
 
-from common.errors import AuthenticationFailed
+from common.errors import AuthenticationFailed, AuthThrottled
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.selectors import principal_for_user
 from tenancy.services import api_key_authenticate, ws_ticket_redeem
+from tenancy.throttling import api_key_failure_record, api_key_throttle_check, client_address
 
 BEARER_SUBPROTOCOL_PREFIX = "bearer."
 TENANT_HEADER = "X-Tenant"
 
 
-def principal_for_api_key(raw_key: str) -> Principal:
-    api_key = api_key_authenticate(raw_key=raw_key)
+def principal_for_api_key(raw_key: str, *, remote_addr: str | None) -> Principal:
+    """The principal of a key presented from ``remote_addr`` (the client's address).
+
+    Raises :class:`AuthThrottled` while that address, or the key's prefix from it, has
+    failed too often (:mod:`tenancy.throttling`; the key is not checked), else
+    :class:`AuthenticationFailed` as :func:`api_key_authenticate` does, counting the failure.
+    """
+    address = client_address(remote_addr)
+    api_key_throttle_check(address=address, raw_key=raw_key)
+    try:
+        api_key = api_key_authenticate(raw_key=raw_key)
+    except AuthenticationFailed as error:
+        api_key_failure_record(address=address, raw_key=raw_key, code=error.code)
+        raise
     return Principal(tenant=api_key.tenant, role=Role(api_key.role), api_key=api_key)
 
 
@@ -52,7 +65,9 @@ class ApiKeyAuthentication(BaseAuthentication):
         if not raw:
             return None
         try:
-            return AnonymousUser(), principal_for_api_key(bearer_token(raw))
+            token = bearer_token(raw)
+            principal = principal_for_api_key(token, remote_addr=request.META.get("REMOTE_ADDR"))
+            return AnonymousUser(), principal
         except AuthenticationFailed as error:
             # DRF recognises only its own exception as an authentication failure.
             raise exceptions.AuthenticationFailed(error.message, code=error.code) from error
@@ -94,12 +109,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 def _scope_principal(scope: Scope) -> Principal | None:
     """The principal of a socket: API key by header or subprotocol, a one-time ``?ticket=``
     (``POST /api/v1/ws-tickets``), else the session user."""
+    remote_addr = (scope.get("client") or [None])[0]
     authorization = _header(scope, b"authorization")
     if authorization is not None:
-        return principal_for_api_key(bearer_token(authorization))
+        return principal_for_api_key(bearer_token(authorization), remote_addr=remote_addr)
     for protocol in scope.get("subprotocols", []):
         if protocol.startswith(BEARER_SUBPROTOCOL_PREFIX):
-            return principal_for_api_key(protocol[len(BEARER_SUBPROTOCOL_PREFIX) :])
+            key = protocol[len(BEARER_SUBPROTOCOL_PREFIX) :]
+            return principal_for_api_key(key, remote_addr=remote_addr)
     ticket = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("ticket")
     if ticket:
         return ws_ticket_redeem(ticket=ticket[0])
@@ -112,7 +129,8 @@ def _scope_principal(scope: Scope) -> Principal | None:
 class PrincipalMiddleware:
     """Sets ``scope["principal"]`` (a Principal, or None) and ``scope["auth_error"]``.
 
-    Consumers decide what to do with an unauthenticated socket (close 4401).
+    Consumers decide what to do with an unauthenticated socket (close 4401, or 4429 when
+    ``auth_error`` is ``auth_throttled``).
     """
 
     def __init__(self, inner: Any) -> None:
@@ -123,7 +141,7 @@ class PrincipalMiddleware:
         try:
             scope["principal"] = await _scope_principal(scope)
             scope["auth_error"] = None
-        except AuthenticationFailed as error:
+        except (AuthenticationFailed, AuthThrottled) as error:
             scope["principal"] = None
             scope["auth_error"] = error.as_dict()
         return await self.inner(scope, receive, send)

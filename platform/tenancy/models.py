@@ -34,6 +34,16 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
     is_active = models.BooleanField(default=True)
+    # Whether models of this tenant may use the operator's platform credentials
+    # (agents.credentials); None follows settings.PLATFORM_CREDENTIALS_GRANTED.
+    platform_credentials = models.BooleanField(
+        null=True,
+        blank=True,
+        default=None,
+        verbose_name="platform credentials granted",
+        help_text="May this tenant's models use the operator's provider keys? "
+        "Unknown: the PLATFORM_CREDENTIALS_GRANTED setting decides.",
+    )
     # The tenant's data key, wrapped by a master key (see common.crypto).
     data_key_wrapped = models.BinaryField(editable=False)
     created_at = models.DateTimeField(default=now, editable=False)

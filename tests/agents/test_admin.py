@@ -12,7 +12,16 @@ from django.contrib.messages import get_messages
 from django.db import models
 from django.test import Client
 
-from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
+from agents.credentials import credential_secret
+from agents.models import (
+    Agent,
+    CodeTool,
+    Definition,
+    Model,
+    PermissionRule,
+    Prompt,
+    ProviderCredential,
+)
 from agents.services import document_json, row_document
 from tenancy.encryption import secret_decrypt
 from tenancy.models import Role, Tenant
@@ -59,7 +68,9 @@ def errors_of(response: Any) -> tuple[dict[str, list[str]], list[str]]:
     )
 
 
-@pytest.mark.parametrize("model", ["model", "prompt", "agent", "codetool", "permissionrule"])
+@pytest.mark.parametrize(
+    "model", ["model", "prompt", "agent", "codetool", "permissionrule", "providercredential"]
+)
 def test_definition_list_and_add_pages_render(admin_client: Client, model: str) -> None:
     assert admin_client.get(f"/admin/agents/{model}/").status_code == 200
     assert admin_client.get(f"/admin/agents/{model}/add/").status_code == 200
@@ -287,3 +298,49 @@ def test_permission_rules_need_the_admin_role(client: Client, tenant: Tenant) ->
 
     assert client.get("/admin/agents/permissionrule/").status_code == 200
     assert client.get("/admin/agents/permissionrule/add/").status_code == 403
+
+
+def test_a_credential_is_written_through_the_service_and_its_key_never_shown(
+    admin_client: Client, tenant: Tenant
+) -> None:
+    fields = {"tenant": str(tenant.pk), "name": "team", "provider": "openai", "base_url": ""}
+
+    missing_key = admin_client.post("/admin/agents/providercredential/add/", fields)
+    added = admin_client.post(
+        "/admin/agents/providercredential/add/", fields | {"api_key_value": MODEL_KEY}
+    )
+    row = ProviderCredential.objects.for_tenant(tenant).get(name="team")
+    page = admin_client.get(f"/admin/agents/providercredential/{row.id}/change/")
+    rotated = admin_client.post(
+        f"/admin/agents/providercredential/{row.id}/change/",
+        fields | {"api_key_value": "sk-rotated"},
+    )
+    row.refresh_from_db()
+
+    assert "api_key is required" in errors_of(missing_key)[0]["api_key_value"][0]
+    assert added.status_code == 302
+    assert page.status_code == 200
+    assert MODEL_KEY.encode() not in page.content
+    assert rotated.status_code == 302
+    assert credential_secret(row) == "sk-rotated"
+    assert row.rotated_at is not None
+
+
+def test_a_superuser_grants_platform_credentials_to_a_tenant(
+    admin_client: Client, tenant: Tenant
+) -> None:
+    page = admin_client.get(f"/admin/tenancy/tenant/{tenant.pk}/change/")
+    granted = admin_client.post(
+        f"/admin/tenancy/tenant/{tenant.pk}/change/",
+        {
+            "slug": tenant.slug, "name": tenant.name, "is_active": "on",
+            "platform_credentials": "true",
+            "tenancy_membership_set-TOTAL_FORMS": "0",
+            "tenancy_membership_set-INITIAL_FORMS": "0",
+        },
+    )  # fmt: skip
+    tenant.refresh_from_db()
+
+    assert b"platform credentials granted" in page.content.lower()
+    assert granted.status_code == 302, errors_of(granted)
+    assert tenant.platform_credentials is True

@@ -11,7 +11,6 @@ from django.core.management.base import CommandError
 from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
-from agents.demo.bundle import LOCAL_SERVER_KEY
 from agents.documents import TextPart
 from agents.models import Model
 from agents.providers.base import LLMMessage, ProviderRequest, ProviderResponse
@@ -39,8 +38,18 @@ def member_of_demo(demo: Tenant, client_for: Callable[..., APIClient]) -> APICli
     return client_for(demo, Role.MEMBER)
 
 
-def _seed(settings: Settings, platform_env: dict[str, str]) -> str:
-    settings.AGENT_PLATFORM_ENV_SECRETS = platform_env
+ENV_NAMES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+
+
+def _seed(settings: Settings, variables: dict[str, str]) -> str:
+    """seed_demo_agents as `make run` runs it with the provider ``variables`` set."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ENV_NAMES:
+            patch.delenv(name, raising=False)
+        for name, value in variables.items():
+            patch.setenv(name, value)
+        settings.PLATFORM_PROVIDER_CREDENTIALS_SECRETS = env.platform_provider_credentials()
+        settings.PROVIDER_BASE_URLS_ALLOWED = env.provider_base_urls_allowed()
     out = StringIO()
     call_command("seed_demo_agents", stdout=out)
     return out.getvalue()
@@ -62,9 +71,29 @@ def test_without_provider_keys_the_demo_uses_the_labelled_scripted_model(
 def test_with_an_openai_key_the_demo_uses_openai(demo: Tenant, settings: Settings) -> None:
     output = _seed(settings, {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://llm:1/v1"})
 
-    spec = model_load(tenant=demo, name="demo_model", env={"OPENAI_API_KEY": "sk-test"}.get)
+    spec = model_load(tenant=demo, name="demo_model")
+    demo.refresh_from_db()
     assert "model: openai gpt-4o-mini" in output
     assert (spec.kind, spec.base_url, spec.api_key) == ("openai", "http://llm:1/v1", "sk-test")
+    assert spec.operator_endpoint  # the operator's own base URL
+    assert demo.platform_credentials is True  # the explicit grant
+
+
+def test_a_demo_model_on_the_platform_env_moves_to_the_platform_credential(
+    demo: Tenant, settings: Settings
+) -> None:
+    """The upgrade path: a demo model seeded before platform credentials named
+    ``api_key_env: OPENAI_API_KEY``; seeding again moves it to ``platform:openai``."""
+    _seed(settings, {"OPENAI_API_KEY": "sk-test"})
+    Model.objects.for_tenant(demo).filter(name="demo_model").update(
+        credential="", api_key_env="OPENAI_API_KEY"
+    )
+
+    _seed(settings, {"OPENAI_API_KEY": "sk-test"})
+
+    row = Model.objects.for_tenant(demo).get(name="demo_model")
+    assert (row.credential, row.api_key_env) == ("platform:openai", "")
+    assert model_load(tenant=demo, name="demo_model").api_key == "sk-test"
 
 
 def test_with_an_anthropic_key_the_demo_uses_anthropic(demo: Tenant, settings: Settings) -> None:
@@ -122,12 +151,13 @@ def test_a_local_openai_compatible_server_needs_only_its_base_url(
 
     output = _seed(settings, {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
 
-    spec = model_load(tenant=demo, name="demo_model", env=lambda _name: None)
+    spec = model_load(tenant=demo, name="demo_model")
     assert "model: openai llama3.2" in output
     assert (spec.kind, spec.model_id, spec.base_url) == (
         "openai", "llama3.2", "http://127.0.0.1:11434/v1",
     )  # fmt: skip
-    assert spec.api_key == LOCAL_SERVER_KEY  # a placeholder: the server accepts any value
+    assert spec.api_key == env.LOCAL_SERVER_KEY  # a placeholder: the server accepts any value
+    assert spec.operator_endpoint  # the operator chose it: the egress guard lets it through
     assert spec.prices.input_per_million is None  # another model's prices are unknown
 
 

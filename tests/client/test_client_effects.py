@@ -100,6 +100,19 @@ def test_schedules_are_created_changed_paused_resumed_and_deleted(
         client.schedules.get(weekly["id"])
 
 
+def test_a_schedule_created_twice_with_one_idempotency_key_is_created_once(
+    client: Client, chat: str
+) -> None:
+    first = client.schedules.create("0 9 * * *", agent=chat, input="x", idempotency_key="s-1")
+    again = client.schedules.create("0 9 * * *", agent=chat, input="x", idempotency_key="s-1")
+
+    assert again["id"] == first["id"]
+    assert [s["id"] for s in client.schedules.iter()] == [first["id"]]
+    with pytest.raises(Conflict) as reused:
+        client.schedules.create("0 8 * * *", agent=chat, input="x", idempotency_key="s-1")
+    assert reused.value.code == "idempotency_key_reused"
+
+
 @pytest.mark.asyncio
 async def test_the_async_client_lists_and_cancels_effects(
     aclient: AsyncClient, client: Client, chat: str

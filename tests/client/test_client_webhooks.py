@@ -1,6 +1,6 @@
 """The client's webhooks against a live server and worker: an endpoint's CRUD, its
-secret's rotation, and the delivery a turn's event leaves (to an address the platform
-refuses to call, so nothing leaves the machine)."""
+secret's rotation, and the delivery a turn's event leaves (to a loopback port where nothing
+listens, so nothing leaves the machine)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 import pytest
 from standard_agents_client import AsyncClient, Client, NotFound, ValidationError
 
-# A private address: deliveries to it fail at once, by the platform's own rule.
+# Loopback (allowed for the test run: tests/environment.py), a port where nothing listens:
+# deliveries to it fail at once.
 UNREACHABLE = "https://127.0.0.1:9/hooks"
 
 

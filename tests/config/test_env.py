@@ -33,7 +33,8 @@ ENV_VARS = (
     "WS_COMPRESSION",
     "BROWSER_TESTS",
     "WEBHOOK_ALLOW_HTTP",
-    "WEBHOOK_ALLOW_PRIVATE_NETWORKS",
+    "EGRESS_ALLOWED_NETWORKS",
+    "EGRESS_ALLOWED_HOSTS",
     "DB_POOL_SIZE",
     "STATIC_ROOT",
     "MEDIA_ROOT",
@@ -54,6 +55,8 @@ ENV_VARS = (
     "ANTHROPIC_BASE_URL",
     "OPENAI_MODEL",
     "ANTHROPIC_MODEL",
+    "PLATFORM_CREDENTIALS_GRANTED",
+    "PROVIDER_BASE_URLS_ALLOWED",
 )
 
 PRODUCTION_KEY = "k" * 50
@@ -471,13 +474,12 @@ def test_child_environment_adds_overrides(monkeypatch: pytest.MonkeyPatch) -> No
 # Agent platform env ----------------------------------------------------------------
 
 
-def test_agent_platform_env_passes_only_the_provider_defaults(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_agent_platform_env_passes_nothing_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's provider keys are platform credentials, never platform env values."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-1")
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
 
-    assert env.agent_platform_env() == {"OPENAI_API_KEY": "sk-1"}
+    assert env.agent_platform_env() == {}
 
 
 def test_agent_platform_env_follows_its_list(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -486,6 +488,66 @@ def test_agent_platform_env_follows_its_list(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("ANTHROPIC_API_KEY", "not listed")
 
     assert env.agent_platform_env() == {"COMPANY": "Acme"}
+
+
+def test_platform_provider_credentials_come_from_the_provider_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert env.platform_provider_credentials() == {}
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+
+    assert env.platform_provider_credentials() == {
+        "openai": {"api_key": env.LOCAL_SERVER_KEY, "base_url": "http://127.0.0.1:11434/v1"},
+        "anthropic": {"api_key": "sk-ant", "base_url": None},
+    }
+    assert env.provider_base_urls_allowed() == ["http://127.0.0.1:11434/v1"]
+    monkeypatch.setenv("PROVIDER_BASE_URLS_ALLOWED", "https://gw.example/v1, https://b.example")
+    assert env.provider_base_urls_allowed() == [
+        "https://gw.example/v1", "https://b.example", "http://127.0.0.1:11434/v1",
+    ]  # fmt: skip
+    assert env.platform_credentials_granted() is False
+
+
+# Egress allow-lists ----------------------------------------------------------------
+
+
+def test_egress_allows_nothing_by_default_in_every_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (env.egress_allowed_networks(), env.egress_allowed_hosts()) == ([], [])
+    _set_production(monkeypatch)
+    assert (env.egress_allowed_networks(), env.egress_allowed_hosts()) == ([], [])
+
+
+def test_egress_allow_lists_are_read_and_normalised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EGRESS_ALLOWED_NETWORKS", "127.0.0.1/32, 10.0.0.0/8,::1, fd00::/8")
+    monkeypatch.setenv("EGRESS_ALLOWED_HOSTS", "LLM.internal., *.corp.example")
+
+    assert env.egress_allowed_networks() == ["127.0.0.1/32", "10.0.0.0/8", "::1/128", "fd00::/8"]
+    assert env.egress_allowed_hosts() == ["llm.internal", "*.corp.example"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("EGRESS_ALLOWED_NETWORKS", "10.0.0.1/8", "EGRESS_ALLOWED_NETWORKS must list networks"),
+        ("EGRESS_ALLOWED_NETWORKS", "intranet", "got 'intranet'"),
+        ("EGRESS_ALLOWED_HOSTS", "*", "EGRESS_ALLOWED_HOSTS must list host names"),
+        ("EGRESS_ALLOWED_HOSTS", "llm.*.internal", "got 'llm.*.internal'"),
+        ("EGRESS_ALLOWED_HOSTS", "10.0.0.0/8", "got '10.0.0.0/8'"),
+    ],
+)
+def test_a_malformed_egress_allow_list_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+
+    read = {
+        "EGRESS_ALLOWED_NETWORKS": env.egress_allowed_networks,
+        "EGRESS_ALLOWED_HOSTS": env.egress_allowed_hosts,
+    }[name]
+
+    with pytest.raises(ImproperlyConfigured, match=re.escape(message)):
+        read()
 
 
 # File storage ----------------------------------------------------------------------
@@ -548,3 +610,41 @@ def test_this_process_prepares_what_it_runs_often(db: None) -> None:
             ["%django_migrations WHERE app = $1%"],
         )
         assert cursor.fetchone()[0] == 1
+
+
+# Authentication throttling ----------------------------------------------------------
+
+THROTTLE_VARS = (
+    "LOGIN_FAILURES_PER_ACCOUNT", "LOGIN_FAILURES_PER_ADDRESS", "LOGIN_LOCKOUT_S",
+    "API_KEY_FAILURES_PER_ADDRESS", "API_KEY_FAILURES_PER_PREFIX", "API_KEY_FAILURE_WINDOW_S",
+)  # fmt: skip
+
+
+def test_authentication_throttling_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in THROTTLE_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert env.login_throttle_settings() == {
+        "LOGIN_FAILURES_PER_ACCOUNT": 5, "LOGIN_FAILURES_PER_ADDRESS": 50, "LOGIN_LOCKOUT_S": 900,
+    }  # fmt: skip
+    assert env.api_key_throttle_settings() == {
+        "API_KEY_FAILURES_PER_ADDRESS": 30, "API_KEY_FAILURES_PER_PREFIX": 10,
+        "API_KEY_FAILURE_WINDOW_S": 60,
+    }  # fmt: skip
+
+    monkeypatch.setenv("LOGIN_FAILURES_PER_ADDRESS", "200")
+    monkeypatch.setenv("API_KEY_FAILURE_WINDOW_S", "300")
+
+    assert env.login_throttle_settings()["LOGIN_FAILURES_PER_ADDRESS"] == 200
+    assert env.api_key_throttle_settings()["API_KEY_FAILURE_WINDOW_S"] == 300
+
+
+@pytest.mark.parametrize("name", THROTTLE_VARS)
+def test_authentication_throttling_limits_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "0")
+    login = name.startswith("LOGIN")
+    reader = env.login_throttle_settings if login else env.api_key_throttle_settings
+
+    with pytest.raises(ImproperlyConfigured, match=name):
+        reader()

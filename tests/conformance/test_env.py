@@ -68,13 +68,15 @@ def test_each_level_wins_over_every_level_after_it(thread: Thread, winner: str) 
     assert _resolver(thread, below).value("NAME") == f"from-{winner}"
 
 
-def test_the_platform_level_is_the_platform_env_setting(thread: Thread) -> None:
-    """The platform level reads settings.AGENT_PLATFORM_ENV_SECRETS (agents.selectors)."""
-    resolver = EnvResolver(thread=thread)
+def test_the_platform_level_is_the_registry_codes_only(thread: Thread) -> None:
+    """The platform level reads settings.AGENT_PLATFORM_ENV_SECRETS, and only the state the
+    operator's registry code gets (``state.env``) has it: a resolver for what a tenant
+    wrote (model keys, prompt text, tool flags) has no platform level."""
+    registry_state = ThreadState(thread)
 
-    assert resolver.resolve("NAME") is not None
-    assert resolver.value("NAME") == "from-platform"
-    assert resolver.type("NAME") == "secret"
+    assert registry_state.env("NAME") == "from-platform"
+    assert registry_state.env_type("NAME") == "secret"
+    assert EnvResolver(thread=thread).resolve("NAME") is None
 
 
 @pytest.mark.parametrize(

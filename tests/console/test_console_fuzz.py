@@ -29,7 +29,8 @@ PARAMETERS = [
     "edit", "name", "agent", "format", "key", "value", "content", "multitask_strategy",
     "decision", "data", "arguments", "reason", "language", "timeout", "report",
     "document", "replace", "apply", "tenant", "file", "env_REGION", "env_", "model", "prompt",
-    "tools", "side_a", "api_key", "remove_api_key", "tool_description",
+    "tools", "side_a", "api_key", "remove_api_key", "tool_description", "provider", "base_url",
+    "description",
 ]  # fmt: skip
 # The run-code form's source is run, once per junk value (the sandbox is real).
 RUN_CODE = "console:thread-code-run"

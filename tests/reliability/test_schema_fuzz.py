@@ -31,6 +31,7 @@ from pytest_django.fixtures import Settings
 from schemathesis import Case, CheckContext, Response
 from schemathesis.schemas import BaseSchema
 
+from agents.credentials import credential_save
 from agents.models import PermissionRule
 from common.time import now_us
 from config.launcher import background_server
@@ -94,6 +95,9 @@ def _world() -> World:
     tenant = make_tenant()
     seed_rich(tenant)
     tenant_env_set(tenant=tenant, name="COMPANY", value="Acme")
+    credential_save(
+        tenant=tenant, data={"name": "team_key", "provider": "openai", "api_key": "sk-team"}
+    )
     thread = make_thread(tenant)
     message = message_inject(thread=thread, role="user", content="hello")
     log = log_create(thread=thread, kind="llm", data={"model": "fast"})
@@ -155,6 +159,7 @@ NAMES = {
     "/api/v1/models/": "fast",
     "/api/v1/prompts/": "assistant",
     "/api/v1/code-tools/": "tally_words",
+    "/api/v1/credentials/": "team_key",
     "/api/v1/env/": "COMPANY",
     "/api/v1/threads/{thread_id}/env/": "TOKEN",
 }
@@ -279,6 +284,10 @@ def api_schema(
         "DATABASE_URL": current_database_url(),
         "CELERY_QUEUE": queue,  # no worker: the turns it queues stay queued
         "MEDIA_ROOT": settings.MEDIA_ROOT,  # the files this test writes, and the test's own
+        # Every operation is also tried with made-up keys, all from this loopback address:
+        # the answer under test is their 401, not the 429 that throttling would give later.
+        "API_KEY_FAILURES_PER_ADDRESS": "1000000",
+        "API_KEY_FAILURES_PER_PREFIX": "1000000",
     }
     try:
         with tasks_routed_to(queue), background_server(server_environment) as (port, _):

@@ -17,7 +17,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
 from agents.bundles import bundle_export
-from agents.models import PermissionRule
+from agents.credentials import credential_save
+from agents.models import PermissionRule, ProviderCredential
 from agents.registry import thread_endpoint, use_registry
 from common.time import now_us
 from config.routing import websocket_urlpatterns
@@ -72,6 +73,13 @@ def _owned_definition(name: str) -> Callable[[Tenant], dict[str, str]]:
 
 def _owned_permission_rule(tenant: Tenant) -> str:
     return str(PermissionRule.objects.create(tenant=tenant, tool="refund", decision="deny").id)
+
+
+def _owned_credential(tenant: Tenant) -> dict[str, str]:
+    credential_save(
+        tenant=tenant, data={"name": "team_key", "provider": "openai", "api_key": "sk-victim"}
+    )
+    return {"name": "team_key"}
 
 
 def _owned_thread(tenant: Tenant) -> dict[str, str]:
@@ -237,6 +245,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "agent-detail": _owned_definition("helper"),
     "code-tool-detail": _owned_definition("tally_words"),
     "permission-rule-detail": lambda tenant: {"pk": _owned_permission_rule(tenant)},
+    "credential-detail": _owned_credential,
     "schedule-detail": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-pause": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-resume": lambda tenant: {"pk": _owned_schedule(tenant)},
@@ -261,6 +270,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(ApiKey.objects.for_tenant(tenant).values()),
         bundle_export(tenant=tenant),
         list(PermissionRule.objects.for_tenant(tenant).values()),
+        list(ProviderCredential.objects.for_tenant(tenant).values()),
         list(Thread.objects.for_tenant(tenant).values()),
         list(Message.objects.for_tenant(tenant).values()),
         list(Log.objects.for_tenant(tenant).values()),

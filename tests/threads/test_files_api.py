@@ -141,6 +141,20 @@ def test_multipart_upload_takes_file_mime_type_and_metadata(
     assert file_read(thread=thread, path="/images/p.png") == _png(30, 20)
 
 
+@pytest.mark.parametrize("metadata", ["[" * 5000 + "]" * 5000, "not json", "[1]"])
+def test_upload_metadata_that_is_not_a_json_object_is_a_400_naming_it(
+    member: APIClient, thread: Thread, metadata: str
+) -> None:
+    upload = SimpleUploadedFile("a.txt", b"a", content_type="text/plain")
+
+    response = member.post(
+        _fs(thread, "a.txt"), {"file": upload, "metadata": metadata}, format="multipart"
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "metadata"
+
+
 def test_multipart_without_file_field_is_400(member: APIClient, thread: Thread) -> None:
     response = member.post(_fs(thread, "x.bin"), {"other": "1"}, format="multipart")
 

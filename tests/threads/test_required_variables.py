@@ -144,12 +144,18 @@ def test_a_blank_value_does_not_provide_a_variable(
     assert response.json()["error"]["field"] == "env.API_KEY"
 
 
-def test_tenant_and_platform_env_satisfy_required_variables(
+def test_the_tenant_env_satisfies_required_variables_and_the_platform_env_does_not(
     definitions: Registry, tenant: Tenant, member: APIClient, settings: Settings
 ) -> None:
+    """A prompt cannot read the platform level, so a platform value satisfies nothing."""
     tenant_env_set(tenant=tenant, name="API_KEY", value="from-tenant")
     settings.AGENT_PLATFORM_ENV_SECRETS = {"REGION": "from-platform"}
 
+    refused = create(member)
+    tenant_env_set(tenant=tenant, name="REGION", value="eu")
+
+    assert refused.status_code == 400
+    assert refused.json()["error"]["field"] == "env.REGION"
     assert create(member).status_code == 201
 
 

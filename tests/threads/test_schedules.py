@@ -253,3 +253,35 @@ def test_the_list_pages_oldest_first_keeping_its_filter(tenant: Tenant, api: API
     assert f"thread_id={thread.id}" in walked[0]["next"]
     assert api.get("/api/v1/schedules?limit=x").json()["error"]["field"] == "limit"
     assert api.get("/api/v1/schedules?cursor=x").json()["error"]["field"] == "cursor"
+
+
+def test_a_repeated_idempotency_key_makes_one_schedule_and_answers_the_first(
+    tenant: Tenant, api: APIClient
+) -> None:
+    body = {"agent": "helper", "cron": "0 9 * * *", "input": {"content": "standup?"}}
+    headers = {"Idempotency-Key": "schedule-1"}
+
+    first = api.post("/api/v1/schedules", body, format="json", headers=headers)
+    again = api.post("/api/v1/schedules", body, format="json", headers=headers)
+
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.json() == first.json()
+    assert again["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first
+    assert Schedule.objects.for_tenant(tenant).count() == 1
+
+
+def test_the_same_idempotency_key_with_another_schedule_is_a_conflict(
+    tenant: Tenant, api: APIClient
+) -> None:
+    body = {"agent": "helper", "cron": "0 9 * * *", "input": {"content": "standup?"}}
+    headers = {"Idempotency-Key": "schedule-1"}
+    api.post("/api/v1/schedules", body, format="json", headers=headers)
+
+    other = api.post(
+        "/api/v1/schedules", {**body, "cron": "0 10 * * *"}, format="json", headers=headers
+    )
+
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
+    assert list(Schedule.objects.for_tenant(tenant).values_list("cron", flat=True)) == ["0 9 * * *"]

@@ -152,7 +152,8 @@ def test_submit_and_wait_answers_the_turn_with_the_messages_it_wrote(
         ("?timeout=9999", {"input": {"content": "hi"}}, "timeout"),
         ("?timeout=soon", {"input": {"content": "hi"}}, "timeout"),
         ("", {"input": {"content": "hi"}, "multitask_strategy": "later"}, "multitask_strategy"),
-        ("", {"content": "hi"}, "input"),
+        ("", {}, "input"),
+        ("", {"content": "hi"}, "content"),  # unknown keys first: content goes in input
     ],
 )
 def test_submit_and_wait_with_bad_input_is_a_400_naming_the_field_and_queues_nothing(

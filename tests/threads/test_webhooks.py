@@ -68,9 +68,9 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture(autouse=True)
 def _loopback(settings: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Loopback http allowed, fast retries, no subscription cache; sends recorded."""
+    """Loopback http allowed (loopback addresses are, for the whole run:
+    tests/environment.py), fast retries, no subscription cache; sends recorded."""
     settings.WEBHOOK_ALLOW_HTTP = True
-    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
     settings.WEBHOOK_RETRY_BASE_S = 0.05
     settings.WEBHOOK_CACHE_S = 0.0
     sent: list[str] = []
@@ -245,14 +245,17 @@ def test_a_private_address_is_refused_unless_allowed(
     tenant: Tenant, admin: APIClient, receiver: Receiver, settings: Any
 ) -> None:
     _register(admin, receiver.url)
-    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
+    settings.EGRESS_ALLOWED_NETWORKS = []
 
     delivery = _status_event(make_thread(tenant))
     webhook_deliver(delivery.pk)
 
     delivery.refresh_from_db()
     assert receiver.received == []
-    assert "not a public address" in delivery.last_error
+    assert delivery.last_error == (
+        "127.0.0.1 is a loopback address: outbound calls to tenant-chosen URLs may not reach "
+        "loopback addresses (allow it with EGRESS_ALLOWED_NETWORKS)"
+    )
 
 
 @pytest.mark.parametrize(

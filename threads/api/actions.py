@@ -11,6 +11,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.schema import error_responses, page_of
 from threads.api.base import ThreadScopedView
@@ -32,7 +33,7 @@ class ActionListQuery(serializers.Serializer[Any]):
     )  # fmt: skip
 
 
-class ActionAnswer(serializers.Serializer[Any]):
+class ActionAnswer(StrictInput):
     """A response to an action: `approve`, `deny` or `edit` an approval; `answer` or `deny`
     an input request."""
 

@@ -31,6 +31,7 @@ from rest_framework.response import Response
 from common.api import domain_error_response
 from common.connections import connection_returned
 from common.errors import DomainError
+from common.inputs import StrictInput
 from common.schema import error_response
 from sandbox.protocol import STATUSES
 from threads.api.base import ThreadScopedView
@@ -51,7 +52,7 @@ R = TypeVar("R")
 AsyncView = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
 
 
-class RunCodeInput(serializers.Serializer[Any]):
+class RunCodeInput(StrictInput):
     # The field is named for run_code's argument; DRF moves declared fields off the class, so
     # it does not shadow Field.source at run time (only the stubs see a clash).
     source = serializers.CharField(  # type: ignore[assignment]

@@ -7,7 +7,6 @@ are in the list shape, by name (keyset on the name).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django.urls import path
@@ -18,7 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.errors import NotFound, ValidationFailed
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
+from common.payloads import object_body
 from common.schema import page_of
 from tenancy.models import Role
 from tenancy.viewsets import request_principal
@@ -67,7 +68,7 @@ _PUT_DESCRIPTION = (
 
 
 # Documents the body for the schema; _put_body reads it.
-class EnvPutInput(serializers.Serializer[Any]):
+class EnvPutInput(StrictInput):
     """The variable's value, and optionally its type."""
 
     value = serializers.CharField(allow_blank=True, trim_whitespace=False)
@@ -79,14 +80,13 @@ class EnvPutInput(serializers.Serializer[Any]):
 
 def _put_body(data: object) -> tuple[str, EnvTypeName | None]:
     """``(value, type)`` from ``{"value": "...", "type"?: "text"|"secret"}``."""
-    if not isinstance(data, Mapping):
-        raise ValidationFailed("the body must be a JSON object")
-    if "value" not in data:
+    body = object_body(data, list(EnvPutInput().fields))
+    if "value" not in body:
         raise ValidationFailed("value is required (it may be blank)", field="value")
-    value = data["value"]
+    value = body["value"]
     if not isinstance(value, str):
         raise ValidationFailed("value must be a string", field="value")
-    kind = data.get("type")
+    kind = body.get("type")
     if kind not in (None, "text", "secret"):
         raise ValidationFailed("type must be 'text' or 'secret'", field="type")
     return value, kind

@@ -43,7 +43,6 @@ updated_at`` (µs). A bad path is a 400 naming ``path``; a file over the cap is 
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 from django.http import HttpResponse
@@ -58,6 +57,8 @@ from rest_framework.response import Response
 
 from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.pagination import PAGE_PARAMETERS, paginate
+from common.parsing import json_parse
+from common.payloads import known_keys_check
 from common.schema import error_response, page_of
 from threads.api.base import ThreadScopedView
 from threads.api.file_schema import (
@@ -118,10 +119,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 def _metadata_field(raw: object) -> dict[str, Any] | None:
     if raw is None or raw == "":
         return None
-    try:
-        value = json.loads(str(raw))
-    except ValueError as error:
-        raise ValidationFailed("metadata must be a JSON object", field="metadata") from error
+    value = json_parse(str(raw), field="metadata")
     if not isinstance(value, dict):
         raise ValidationFailed("metadata must be a JSON object", field="metadata")
     return value
@@ -213,6 +211,8 @@ class FileView(ThreadScopedView):
                 " upload JSON files with PUT"
             )
         body = request.data
+        if isinstance(body, dict):
+            known_keys_check(body, ("type",))
         if not isinstance(body, dict) or body.get("type") != "directory":
             raise ValidationFailed(
                 'a JSON POST must be {"type": "directory"}; upload JSON files with PUT',

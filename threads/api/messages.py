@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.schema import error_response, microseconds, page_of
 from threads.api.base import IDEMPOTENCY_KEY, WORK_REFUSED, ThreadScopedView, idempotent
@@ -58,7 +59,7 @@ class MessageListQuery(serializers.Serializer[Any]):
     )  # fmt: skip
 
 
-class MessageSendInput(serializers.Serializer[Any]):
+class MessageSendInput(StrictInput):
     content = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, trim_whitespace=False
     )
@@ -71,7 +72,7 @@ class MessageSendInput(serializers.Serializer[Any]):
     metadata = serializers.DictField(required=False, help_text="the message's metadata")
 
 
-class ContinueInput(serializers.Serializer[Any]):
+class ContinueInput(StrictInput):
     side = serializers.ChoiceField(choices=["a", "b"], default="a")
 
 
@@ -120,14 +121,14 @@ class TerminateResultSerializer(serializers.Serializer[Any]):
     changed = serializers.BooleanField(help_text="false when it was terminated already")
 
 
-class MessageInjectInput(serializers.Serializer[Any]):
+class MessageInjectInput(StrictInput):
     role = serializers.ChoiceField(choices=MessageRole.choices)
     content = serializers.CharField(allow_null=True, allow_blank=True, trim_whitespace=False)
     silent = serializers.BooleanField(default=False)
     metadata = serializers.DictField(required=False)
 
 
-class MessageUpdateInput(serializers.Serializer[Any]):
+class MessageUpdateInput(StrictInput):
     content = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, trim_whitespace=False
     )

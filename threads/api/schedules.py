@@ -15,8 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import ValidationFailed
-from common.schema import US_SINCE_EPOCH
+from common.inputs import StrictInput
+from common.schema import US_SINCE_EPOCH, error_response
 from tenancy.viewsets import TenantScopedViewSet
+from threads.api.base import IDEMPOTENCY_KEY, idempotent
 from threads.models import Schedule, ScheduleAction
 from threads.runtime.schedules import (
     schedule_delete,
@@ -28,7 +30,7 @@ from threads.runtime.schedules import (
 TURN_ROLES = ["user", "assistant", "system"]
 
 
-class ScheduleTurnSerializer(serializers.Serializer[Any]):
+class ScheduleTurnSerializer(StrictInput):
     """The turn each run submits."""
 
     content = serializers.CharField(allow_blank=True)
@@ -36,14 +38,14 @@ class ScheduleTurnSerializer(serializers.Serializer[Any]):
     metadata = serializers.DictField(required=False, help_text="the turn's message metadata")
 
 
-class ScheduleEffectSerializer(serializers.Serializer[Any]):
+class ScheduleEffectSerializer(StrictInput):
     """The registry effect each run fires on the thread."""
 
     name = serializers.CharField()
     args = serializers.JSONField(required=False, help_text="its arguments (any JSON, null too)")
 
 
-class ScheduleInput(serializers.Serializer[Any]):
+class ScheduleInput(StrictInput):
     """A recurring schedule: `cron` (minute hour day month weekday) in `timezone`; one
     target (`thread_id`, or `agent`: each run opens a new thread of it); `action` `turn`
     (submit `input`) or `effect` (fire `effect` on the thread)."""
@@ -95,6 +97,9 @@ class ScheduleSerializer(serializers.Serializer[Any]):
     updated_at = serializers.IntegerField(help_text=f"{US_SINCE_EPOCH}; never before `created_at`")
 
 
+KEY_REUSED = error_response(
+    409, "The Idempotency-Key was used for another request (`idempotency_key_reused`)"
+)
 THREAD_FILTER = OpenApiParameter("thread_id", str, description="only this thread's schedules")
 
 
@@ -123,12 +128,17 @@ class ScheduleViewSet(TenantScopedViewSet):
         return self.get_paginated_response([schedule_json(row) for row in page])
 
     @extend_schema(
-        operation_id="schedules_create", summary="Create a schedule",
-        request=ScheduleInput, responses={201: ScheduleSerializer},
+        operation_id="schedules_create", summary="Create a schedule", request=ScheduleInput,
+        parameters=[IDEMPOTENCY_KEY], responses={201: ScheduleSerializer, 409: KEY_REUSED},
     )  # fmt: skip
     def create(self, request: Request) -> Response:
-        row = schedule_save(tenant=self.principal.tenant, data=request.data)
-        return Response(schedule_json(row), status=status.HTTP_201_CREATED)
+        """A schedule; with an ``Idempotency-Key``, a repeat answers the first schedule."""
+
+        def create() -> tuple[int, dict[str, Any]]:
+            row = schedule_save(tenant=self.principal.tenant, data=request.data)
+            return status.HTTP_201_CREATED, schedule_json(row)
+
+        return idempotent(request, self.principal, create)
 
     @extend_schema(
         operation_id="schedules_retrieve", summary="Get a schedule", responses=ScheduleSerializer

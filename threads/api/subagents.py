@@ -12,6 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.schema import error_responses, microseconds, page_of
 from threads.api.base import ThreadScopedView
@@ -91,7 +92,7 @@ class StringValue(serializers.CharField):
         return value
 
 
-class VariableRequestInput(serializers.Serializer[Any]):
+class VariableRequestInput(StrictInput):
     env = serializers.DictField(
         child=StringValue(allow_blank=True, trim_whitespace=False),
         help_text="the missing variables, by name",

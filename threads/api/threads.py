@@ -9,6 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.inputs import StrictInput, StrictMapField
 from common.schema import error_responses, microseconds
 from tenancy.viewsets import TenantScopedViewSet
 from threads.api.base import IDEMPOTENCY_KEY, idempotent
@@ -54,13 +55,15 @@ def thread_json(thread: Thread, *, counts: dict[str, int] | None = None) -> dict
     return body
 
 
-class EnvValueInput(serializers.Serializer[Any]):
+class EnvValueInput(StrictInput):
     value = serializers.CharField(allow_blank=True, trim_whitespace=False, write_only=True)
     type = serializers.ChoiceField(choices=EnvType.choices, required=False)
 
 
-class EnvField(serializers.DictField):
+class EnvField(StrictMapField):
     """``{"NAME": "value"}`` or ``{"NAME": {"value": "...", "type": "text"}}``; write-only."""
+
+    value_input = EnvValueInput()
 
     def to_internal_value(self, data: Any) -> dict[str, EnvInput]:
         if not isinstance(data, dict):
@@ -79,7 +82,7 @@ class EnvField(serializers.DictField):
         return parsed
 
 
-class ThreadCreateInput(serializers.Serializer[Any]):
+class ThreadCreateInput(StrictInput):
     agent = serializers.CharField(max_length=64)
     user_id = serializers.CharField(max_length=200, required=False, default="")
     tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
@@ -87,7 +90,7 @@ class ThreadCreateInput(serializers.Serializer[Any]):
     env = EnvField(required=False, help_text="values are write-only")
 
 
-class ThreadUpdateInput(serializers.Serializer[Any]):
+class ThreadUpdateInput(StrictInput):
     tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     metadata = serializers.DictField(required=False)
 

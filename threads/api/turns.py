@@ -14,6 +14,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate_page
 from common.schema import error_response, page_of
 from threads.api.base import (
@@ -47,7 +48,7 @@ CANCEL_DESCRIPTION = (
 )
 
 
-class TurnSubmitInput(serializers.Serializer[Any]):
+class TurnSubmitInput(StrictInput):
     input = MessageSendInput(help_text="the message: content, role, attachments, silent, metadata")
     multitask_strategy = serializers.ChoiceField(
         choices=TurnStrategy.choices, default=TurnStrategy.ENQUEUE

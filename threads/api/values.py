@@ -7,7 +7,6 @@ contain ``/``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
@@ -18,7 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import NotFound, ValidationFailed
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
+from common.payloads import object_body
 from common.schema import error_response, page_of
 from threads.api.base import ThreadScopedView
 from threads.models import ThreadValue
@@ -69,7 +70,7 @@ class ValueListView(ThreadScopedView):
 
 
 # Documents the body for the schema; _put_body reads it (a null value is not a missing one).
-class ValuePutInput(serializers.Serializer[Any]):
+class ValuePutInput(StrictInput):
     """The value to store under the key, and optionally the key it is renamed from."""
 
     value = serializers.JSONField(help_text="any JSON value; null deletes the key (204)")
@@ -80,14 +81,13 @@ class ValuePutInput(serializers.Serializer[Any]):
 
 def _put_body(data: object) -> tuple[Any, str | None]:
     """``(value, previous_key)`` from ``{"value": ..., "previous_key"?: "..."}``."""
-    if not isinstance(data, Mapping):
-        raise ValidationFailed("the body must be a JSON object")
-    if "value" not in data:
+    body = object_body(data, list(ValuePutInput().fields))
+    if "value" not in body:
         raise ValidationFailed("value is required (null deletes the key)", field="value")
-    previous = data.get("previous_key")
+    previous = body.get("previous_key")
     if previous is not None and not isinstance(previous, str):
         raise ValidationFailed("previous_key must be a string", field="previous_key")
-    return data["value"], previous
+    return body["value"], previous
 
 
 class ValueDetailView(ThreadScopedView):

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.errors import ValidationFailed
+from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS
 from common.schema import US_SINCE_EPOCH, page_of
 from tenancy.models import Role
@@ -31,7 +32,7 @@ from threads.services.webhooks import (
 EVENT_TYPES = sorted(str(kind) for kind in WEBHOOK_EVENTS)
 
 
-class WebhookInput(serializers.Serializer[Any]):
+class WebhookInput(StrictInput):
     """An HTTPS endpoint for the tenant's events of `event_types`."""
 
     url = serializers.URLField(max_length=2000, help_text="an https URL")

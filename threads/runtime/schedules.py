@@ -22,7 +22,7 @@ from django.db import transaction
 
 from agents.selectors import definitions_scope
 from common.errors import DomainError, ValidationFailed
-from common.payloads import flag_field, object_body, text_field
+from common.payloads import flag_field, known_keys_check, object_body, text_field
 from common.time import now_us
 from tenancy.models import Tenant
 from threads.models import Schedule, ScheduleAction, Thread, TurnSource
@@ -182,12 +182,10 @@ def _agent_check(tenant: Tenant, agent: Any) -> None:
 def _turn_input(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not isinstance(value.get("content"), str):
         raise ValidationFailed("input must be {content, role?}", field="input.content")
+    known_keys_check(value, ("content", "role", "metadata"), path="input")
     role = value.get("role", "user")
     if role not in ("user", "assistant", "system"):
         raise ValidationFailed("input.role must be user, assistant or system", field="input.role")
-    unknown = sorted(set(value) - {"content", "role", "metadata"})
-    if unknown:
-        raise ValidationFailed(f"unknown field {unknown[0]!r}", field=f"input.{unknown[0]}")
     return {
         "content": value["content"],
         "role": role,
@@ -198,6 +196,7 @@ def _turn_input(value: Any) -> dict[str, Any]:
 def _effect(value: Any) -> tuple[str, Any]:
     if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
         raise ValidationFailed("effect must be {name, args?}", field="effect.name")
+    known_keys_check(value, ("name", "args"), path="effect")
     return value["name"], value.get("args")
 
 

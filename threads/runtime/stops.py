@@ -60,8 +60,9 @@ _FAILED = frozenset(
         StopReason.REPEATED_TOOL_ERROR,
     }
 )
-# The provider error code of a model call that has no credential (the turn is blocked).
-MISSING_CREDENTIAL = "provider_no_api_key"
+# The provider error codes of a model call that has no usable credential (the turn is
+# blocked until one is set, granted or fixed).
+MISSING_CREDENTIAL = frozenset({"provider_no_api_key", "provider_credential_refused"})
 
 
 def turn_outcome(
@@ -69,14 +70,14 @@ def turn_outcome(
 ) -> tuple[RunStatus, RunStatus]:
     """The status a turn ends in for ``reason``, and the status its thread then rests in:
     cancelled for stops, cancels and terminates; ``timed_out`` when a person's decision
-    expired unanswered; ``blocked`` when a model has no API key;
+    expired unanswered; ``blocked`` when a model has no usable API key;
     failed for errors and limits; otherwise completed (the thread ``waiting_input`` when the
     human side is next)."""
     if reason in _CANCELLED:
         return RunStatus.CANCELLED, RunStatus.CANCELLED
     if reason == StopReason.ACTION_EXPIRED:
         return RunStatus.TIMED_OUT, RunStatus.TIMED_OUT
-    if reason == StopReason.STEP_ERROR and error_code == MISSING_CREDENTIAL:
+    if reason == StopReason.STEP_ERROR and error_code in MISSING_CREDENTIAL:
         return RunStatus.BLOCKED, RunStatus.BLOCKED
     if reason in _FAILED:
         return RunStatus.FAILED, RunStatus.FAILED

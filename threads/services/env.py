@@ -3,7 +3,11 @@
 Lookup order (ARCHITECTURE, settled): **thread > tool-config > agent > prompt > tenant >
 platform**. The tool-config, agent and prompt levels are plain mappings the caller passes
 in (the engine knows the active prompt, agent and tool); the tenant level is
-:class:`TenantEnv`; the platform level is :func:`agents.selectors.platform_env`.
+:class:`TenantEnv`; the platform level is :func:`agents.selectors.platform_env`, and only
+the operator's registry code (Python tools, hooks, effects, endpoints: ``state.env``) reads
+it. Everything a tenant writes or chooses (model keys, prompt text, ``optional`` flags, code
+tools, run-code, code mode) resolves without it: an :class:`EnvResolver` has no platform
+level unless it is given one.
 
 Types (spec §11): a value is ``text`` only when the winning source marks it text (a thread
 or tenant row of type text); agent, prompt, tool-config and platform values are ``secret``.
@@ -24,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from agents.graph import scoped_variable_names
-from agents.selectors import platform_env
+from agents.selectors import no_env
 from common.errors import LimitExceeded, NotFound, ValidationFailed
 from common.time import now_us
 from tenancy.encryption import secret_decrypt, secret_encrypt
@@ -310,7 +314,7 @@ class EnvResolver:
     tool_env: Mapping[str, str] = field(default_factory=_empty)
     agent_env: Mapping[str, str] = field(default_factory=_empty)
     prompt_env: Mapping[str, str] = field(default_factory=_empty)
-    platform: Callable[[str], str | None] = platform_env
+    platform: Callable[[str], str | None] = no_env
 
     def resolve(self, name: str) -> EnvValue | None:
         """The winning (value, type), or None when no level has ``name``."""

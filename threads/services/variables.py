@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agents.graph import agent_graph
-from agents.selectors import platform_env
 from common.errors import ValidationFailed
 from tenancy.models import Tenant
 from threads.services.env import EnvInput, tenant_env_names
@@ -21,10 +20,11 @@ def required_variables_check(
 
     Every variable declared ``required`` in the agent's graph (see :mod:`agents.graph`)
     must be in ``env`` with a value that is not blank, or have a value at a level below the
-    thread: an ``env`` of the graph's agents, prompts or ``tools[]`` entries, the tenant env,
-    or the platform env. A subagent's scoped variables are not demanded: they come with its
-    spawn (for a top-level thread, its creation is the spawn). An unknown agent has nothing
-    to demand (thread creation reports it). Child threads are not checked here: they inherit
+    thread: an ``env`` of the graph's agents, prompts or ``tools[]`` entries, or the tenant
+    env (never the platform's, which prompts cannot read). A subagent's scoped variables
+    are not demanded: they come with its spawn (for a top-level thread, its creation is the
+    spawn). An unknown agent has nothing to demand (thread creation reports it). Child
+    threads are not checked here: they inherit
     their parent's env.
 
     Raises ValidationFailed naming each missing variable and where it is declared, with
@@ -38,9 +38,7 @@ def required_variables_check(
             if variable.declared_in not in places:
                 places.append(variable.declared_in)
     unresolved = [
-        name
-        for name in wanted
-        if not _given(env.get(name)) and name not in graph.defaults and platform_env(name) is None
+        name for name in wanted if not _given(env.get(name)) and name not in graph.defaults
     ]
     if unresolved:
         # Presence is all that counts at the tenant level: names only, nothing decrypted.

@@ -10,29 +10,30 @@ takes one under a lease (a duplicate finds it taken), POSTs it, and records the 
 and attempts whose worker died. ``WEBHOOK_DISABLE_AFTER`` failed attempts in a row disable the
 endpoint, with ``webhook.disabled`` on the thread of the last one.
 
-A URL must be ``https`` (``WEBHOOK_ALLOW_HTTP`` lifts that for development), and, unless
-``WEBHOOK_ALLOW_PRIVATE_NETWORKS``, resolve to public addresses only when it is delivered to.
+A URL must be ``https`` (``WEBHOOK_ALLOW_HTTP`` lifts that for development) and is a
+tenant-chosen destination: it is judged when saved (``common.egress.destination_problem``) and
+delivered through the egress guard, which refuses non-public addresses unless the operator
+allow-listed them (``EGRESS_ALLOWED_NETWORKS``, ``EGRESS_ALLOWED_HOSTS``).
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
-import ipaddress
 import json
 import random
 import secrets
-import socket
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import httpx2
 from django.conf import settings
 from django.db import connection, transaction
 from standardwebhooks.webhooks import Webhook
 
+from common.egress import destination_problem, egress_client, egress_refusal
 from common.errors import NotFound, ValidationFailed
 from common.payloads import flag_field, object_body, text_field
 from common.time import now_us
@@ -123,6 +124,9 @@ def _url(value: Any) -> str:
             + ("" if settings.WEBHOOK_ALLOW_HTTP else " (http only with WEBHOOK_ALLOW_HTTP)"),
             field="url",
         )
+    problem = destination_problem(value)
+    if problem is not None:
+        raise ValidationFailed(f"url may not be used: {problem}", field="url")
     return value
 
 
@@ -248,46 +252,24 @@ def webhook_deliver(delivery_id: Any) -> str | None:
 
 
 def _post(endpoint: WebhookEndpoint, delivery_id: str, body: str) -> tuple[int | None, str]:
-    """POST ``body``; (status code, error text) — no status when it never got an answer."""
-    problem = _address_problem(endpoint.url)
-    if problem:
-        return None, problem
+    """POST ``body`` through the egress guard; (status code, error text) — no status when it
+    never got an answer (a refused address among them)."""
     headers = {"content-type": "application/json", "user-agent": USER_AGENT,
                **signature_headers(endpoint, delivery_id, body)}  # fmt: skip
-    parts = urlsplit(endpoint.url)
-    connection_class = (
-        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    )
-    target = parts.path or "/"
-    if parts.query:
-        target += f"?{parts.query}"
-    link = connection_class(parts.hostname or "", parts.port, timeout=settings.WEBHOOK_TIMEOUT_S)
     try:
-        link.request("POST", target, body=body.encode(), headers=headers)
-        status_code = link.getresponse().status  # redirects are not followed
-    except (OSError, http.client.HTTPException) as failure:
+        with (
+            egress_client(timeout=settings.WEBHOOK_TIMEOUT_S) as client,
+            client.stream("POST", endpoint.url, content=body.encode(), headers=headers) as answer,
+        ):
+            status_code = answer.status_code  # redirects are not followed; the body is not read
+    except (httpx2.HTTPError, httpx2.InvalidURL) as failure:
+        refusal = egress_refusal(failure)
+        if refusal is not None:
+            return None, refusal.message[:500]
         return None, f"{type(failure).__name__}: {failure}"[:500]
-    finally:
-        link.close()
     if 200 <= status_code < 300:
         return status_code, ""
     return status_code, f"the receiver answered {status_code}"
-
-
-def _address_problem(url: str) -> str:
-    """Why ``url`` may not be called (it resolves to a private address), or ""."""
-    if settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS:
-        return ""
-    host = urlsplit(url).hostname or ""
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError as failure:
-        return f"{host} does not resolve: {failure}"
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if not address.is_global:
-            return f"{host} resolves to {address}, which is not a public address"
-    return ""
 
 
 def _record(

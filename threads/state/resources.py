@@ -15,7 +15,14 @@ from threads.state.base import StateBase
 
 class ResourcesMixin(StateBase):
     def load_model(self, name: str) -> ModelSpec:
-        return definitions.model_load(tenant=self._thread.tenant, name=name, env=self._env_or_none)
+        """The model ``name``, its ``api_key_env`` read without the platform level."""
+        tenant_levels = self._resolver(platform=False)
+
+        def lookup(variable: str) -> str | None:
+            found = tenant_levels.resolve(variable)
+            return None if found is None else found.value
+
+        return definitions.model_load(tenant=self._thread.tenant, name=name, env=lookup)
 
     def load_prompt(self, name: str) -> PromptDoc:
         return definitions.prompt_load(tenant=self._thread.tenant, name=name)
@@ -34,7 +41,7 @@ class ResourcesMixin(StateBase):
 
     # Env -----------------------------------------------------------------------
 
-    def _resolver(self) -> Any:
+    def _resolver(self, *, platform: bool = True) -> Any:
         agent: AgentDoc | None
         prompt: PromptDoc | None
         try:
@@ -51,10 +58,14 @@ class ResourcesMixin(StateBase):
             tool_env=self._tool_env,
             agent_env=agent.env if agent else {},
             prompt_env=prompt.env if prompt else {},
+            # This state is handed to the operator's registry code only, which may read
+            # what the operator passes it.
+            platform=definitions.platform_env if platform else definitions.no_env,
         )
 
     def env(self, name: str) -> str:
-        """The value of ``name`` (thread > tool config > agent > prompt > tenant > platform).
+        """The value of ``name`` (thread > tool config > agent > prompt > tenant > platform:
+        this state is the operator's registry code's, which may read the platform level).
 
         Raises NotFound("Environment variable not found: NAME") when no level has it.
         """

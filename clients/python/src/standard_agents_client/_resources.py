@@ -15,7 +15,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, 
 from typing import Any, Generic, ParamSpec, TypeVar, final, overload
 
 from standard_agents_client._call import Call, Download
-from standard_agents_client._operations import access, storage, tenant, threads, turns, work
+from standard_agents_client._operations import (
+    access,
+    credentials,
+    storage,
+    tenant,
+    threads,
+    turns,
+    work,
+)
 from standard_agents_client._streams import Follow
 from standard_agents_client.pagination import Page
 from standard_agents_client.types import Event
@@ -379,6 +387,18 @@ class PermissionRules(Resource[M]):
     delete = operation(tenant.permission_rule_delete)
 
 
+class Credentials(Resource[M]):
+    """Provider credentials, by name (admins write; keys are write-only)."""
+
+    list = operation(credentials.credential_list)
+    iter = items(credentials.credential_list)
+    create = operation(credentials.credential_create)
+    get = operation(credentials.credential_get)
+    update = operation(credentials.credential_update)
+    rotate = operation(credentials.credential_rotate)
+    delete = operation(credentials.credential_delete)
+
+
 class Registry(Resource[M]):
     """What the operator's Python registry offers the tenant."""
 
@@ -410,6 +430,7 @@ class Resources(Generic[M]):
     code_tools: CodeTools[M]
     bundles: Bundles[M]
     permission_rules: PermissionRules[M]
+    credentials: Credentials[M]
     registry: Registry[M]
 
     def _attach_resources(self) -> None:
@@ -434,4 +455,5 @@ class Resources(Generic[M]):
         self.code_tools = CodeTools(self)
         self.bundles = Bundles(self)
         self.permission_rules = PermissionRules(self)
+        self.credentials = Credentials(self)
         self.registry = Registry(self)

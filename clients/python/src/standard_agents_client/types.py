@@ -21,6 +21,7 @@ Strategy = Literal["enqueue", "reject", "interrupt", "rollback"]
 Decision = Literal["approve", "deny", "edit", "answer"]
 EnvType = Literal["text", "secret"]
 RegistryKind = Literal["tools", "hooks", "effects", "endpoints"]
+CredentialProvider = Literal["openai", "anthropic", "openai_compatible"]
 
 
 # Access ---------------------------------------------------------------------------------------
@@ -493,6 +494,7 @@ class ModelDefinition(_Definition):
     model_id: str
     base_url: str | None
     api_key_env: str | None
+    credential: str | None
     config: Json
     fallbacks: list[str]
     input_price: float | str | None
@@ -575,6 +577,24 @@ class PermissionRule(TypedDict):
     description: str
     created_at: int
     updated_at: int
+
+
+class Credential(TypedDict):
+    """A provider credential; its key is write-only, so no answer holds it. ``base_url``
+    is where an ``openai_compatible`` key goes (None: the provider's official endpoint).
+    ``platform`` marks the operator's credentials granted to the tenant
+    (``platform:openai``): they have no id and no times, and ``base_url`` is the first
+    endpoint the operator allows."""
+
+    id: str | None
+    name: str
+    provider: CredentialProvider
+    base_url: str | None
+    description: str
+    platform: bool
+    created_at: int | None
+    updated_at: int | None
+    rotated_at: int | None
 
 
 # Code and subagents ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from standard_agents_client._call import (
     Call,
     Upload,
     body,
+    idempotency,
     query,
     read_json,
     read_nothing,
@@ -59,17 +60,19 @@ def schedule_create(
     timezone: str | None = None,
     name: str | None = None,
     paused: bool | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[Schedule]:
     """A recurring schedule on ``cron`` (five fields) in ``timezone`` (default UTC):
     each run submits ``input`` (a message's content, or ``{content, role?, metadata?}``)
     to ``thread_id``, or to a new thread of ``agent``; or, with ``action="effect"``, fires
-    ``effect`` (``{name, args?}``) on ``thread_id``."""
+    ``effect`` (``{name, args?}``) on ``thread_id``. A repeat with the same
+    ``idempotency_key`` answers the first schedule instead of a second."""
     turn = {"content": input} if isinstance(input, str) else input
     payload = body(
         cron=cron, agent=agent, thread_id=thread_id, input=turn, effect=effect, action=action,
         timezone=timezone, name=name, paused=paused,
     )  # fmt: skip
-    return Call("POST", "/schedules", read_json, json=payload)
+    return Call("POST", "/schedules", read_json, json=payload, headers=idempotency(idempotency_key))
 
 
 def schedule_get(schedule_id: str) -> Call[Schedule]:

@@ -1,0 +1,218 @@
+"""The console's Credentials page: the tenant's provider credentials, and the operator's
+granted to it, listed by name with where their keys go; admins add one, rotate a key or
+delete one.
+
+Writes go through the services behind ``/api/v1/credentials`` (``credential_save``,
+``credential_delete``), so they validate and refuse exactly as the API does; a refusal is
+shown at the form field it names. Only the role the API requires for these writes (admin)
+may make them: a member's or a read-only member's post is a 403, as the API answers. Keys
+are write-only: no page holds one, not even a form that was refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import path, reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.credentials import (
+    MAX_KEY_CHARS,
+    OFFICIAL_BASE_URLS,
+    credential_delete,
+    credential_get,
+    credential_listing,
+    credential_save,
+)
+from agents.credentials_api import CredentialViewSet
+from agents.models import CredentialProvider, ProviderCredential
+from common.errors import DomainError, NotFound
+from common.time import from_us
+from console.scope import console_of, console_view
+from console.views.common import answer, page, refuse_at_field
+from tenancy.models import Tenant
+
+WRITE_ROLE = CredentialViewSet.write_role
+KEY_HELP = "Write-only: it is stored encrypted and never shown again."
+
+
+def _key_field(label: str) -> forms.CharField:
+    return forms.CharField(
+        label=label, max_length=MAX_KEY_CHARS, help_text=KEY_HELP,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+    )  # fmt: skip
+
+
+class CredentialForm(forms.Form):
+    """A new credential, as ``POST /api/v1/credentials`` takes it."""
+
+    name = forms.CharField(
+        label="Name", max_length=64,
+        help_text="snake_case; a model names it in its credential field.",
+    )  # fmt: skip
+    provider = forms.ChoiceField(label="Provider", choices=CredentialProvider.choices)
+    base_url = forms.CharField(
+        label="Base URL", required=False, max_length=500,
+        help_text="Only for an OpenAI-compatible endpoint: the one URL its key goes to.",
+    )  # fmt: skip
+    description = forms.CharField(label="Description", required=False, max_length=500)
+    api_key = _key_field("API key")
+
+
+class RotateForm(forms.Form):
+    """A credential's new key (``PATCH /api/v1/credentials/{name}`` with ``api_key``)."""
+
+    api_key = _key_field("New API key")
+
+    def __init__(self, data: Mapping[str, Any] | None = None, *, credential: str) -> None:
+        # Every credential on the page has this form: its ids are the credential's own.
+        super().__init__(data, auto_id=f"rotate-{credential}-%s")
+        self.credential = credential
+
+
+@dataclass(frozen=True)
+class CredentialRow:
+    """A credential as the page shows it: never its key."""
+
+    name: str
+    provider: str
+    endpoint: str
+    description: str
+    rotated: dt.datetime | None
+    platform: bool
+    rotate: RotateForm | None  # None for the operator's, which the tenant cannot change
+
+
+def _row(item: Mapping[str, Any], forms_of: Mapping[str, RotateForm]) -> CredentialRow:
+    platform = bool(item["platform"])
+    name, provider = str(item["name"]), str(item["provider"])
+    return CredentialRow(
+        name=name,
+        provider=provider,
+        endpoint=str(item["base_url"] or OFFICIAL_BASE_URLS.get(provider, "")),
+        description=str(item["description"]),
+        rotated=from_us(item["rotated_at"]) if item["rotated_at"] else None,
+        platform=platform,
+        rotate=None if platform else forms_of.get(name) or RotateForm(credential=name),
+    )
+
+
+def _page(
+    request: HttpRequest,
+    form: CredentialForm | None = None,
+    refused: RotateForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The page; ``form`` is the add form as posted, ``refused`` a credential's rotate
+    form as posted (its errors shown in its row)."""
+    console = console_of(request)
+    forms_of = {} if refused is None else {refused.credential: refused}
+    items = credential_listing(tenant=console.principal.tenant)
+    return page(
+        request, "console/agents/credentials.html",
+        {"credentials": [_row(item, forms_of) for item in items],
+         "form": form or CredentialForm(), "can_admin": _allowed(request),
+         "write_role": WRITE_ROLE, "nav": "agents"},
+        status,
+    )  # fmt: skip
+
+
+def _allowed(request: HttpRequest) -> bool:
+    return console_of(request).principal.role.allows(WRITE_ROLE)
+
+
+def _admin_tenant(request: HttpRequest) -> Tenant:
+    """The tenant an admin writes for; any other role is refused 403, as the API's
+    ``write_role`` for credentials refuses it (``console_view`` lets members write)."""
+    principal = console_of(request).principal
+    if not _allowed(request):
+        raise PermissionDenied(
+            f"role {principal.role.value} may not change credentials; "
+            f"{WRITE_ROLE.value} is required"
+        )
+    return principal.tenant
+
+
+def _credential(tenant: Tenant, name: str) -> ProviderCredential:
+    """The tenant's credential; another tenant's (or none) is a 404, as in the API."""
+    try:
+        return credential_get(tenant=tenant, name=name)
+    except NotFound as error:
+        raise Http404(error.message) from error
+
+
+@require_GET
+@console_view()
+def credentials_page(request: HttpRequest) -> HttpResponse:
+    """The credentials by name (``GET /api/v1/credentials``); admins also get the forms."""
+    return _page(request)
+
+
+@require_POST
+@console_view(write=True)
+def credential_add(request: HttpRequest) -> HttpResponse:
+    """Store a new credential (``credential_save``, as ``POST /api/v1/credentials``)."""
+    tenant = _admin_tenant(request)
+    form = CredentialForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form=form, status=400)
+    try:
+        row = credential_save(tenant=tenant, data=form.cleaned_data)
+    except DomainError as error:
+        refuse_at_field(form, error, {})
+        return _page(request, form=form, status=error.status)
+    messages.success(request, f"Stored credential {row.name}.")
+    return redirect("console:agents-credentials")
+
+
+@require_POST
+@console_view(write=True)
+def credential_rotate(request: HttpRequest, name: str) -> HttpResponse:
+    """Replace a credential's key (``credential_save`` with ``current``: calls use the
+    old key until the new one is saved, the new one after)."""
+    tenant = _admin_tenant(request)
+    row = _credential(tenant, name)
+    form = RotateForm(request.POST, credential=row.name)
+    if not form.is_valid():
+        return _page(request, refused=form, status=400)
+    try:
+        credential_save(tenant=tenant, data={"api_key": form.cleaned_data["api_key"]}, current=row)
+    except DomainError as error:
+        refuse_at_field(form, error, {})
+        return _page(request, refused=form, status=error.status)
+    messages.success(request, f"Rotated the key of credential {row.name}.")
+    return redirect("console:agents-credentials")
+
+
+@require_POST
+@console_view(write=True)
+def credential_delete_view(request: HttpRequest, name: str) -> HttpResponse:
+    """Delete a credential (``credential_delete``: refused while a model names it)."""
+    tenant = _admin_tenant(request)
+    row = _credential(tenant, name)
+
+    def delete() -> dict[str, Any]:
+        credential_delete(tenant=tenant, row=row)
+        messages.success(request, f"Deleted credential {name}.")
+        return {"name": name}
+
+    return answer(request, reverse("console:agents-credentials"), delete)
+
+
+CREDENTIAL = "agents/credentials/<str:name>/"
+
+# Listed before the agents pages' routes: ``agents/<kind>/<name>/`` would take these.
+urlpatterns = [
+    path("agents/credentials/", credentials_page, name="agents-credentials"),
+    path("agents/credentials/add/", credential_add, name="agents-credential-add"),
+    path(CREDENTIAL + "rotate/", credential_rotate, name="agents-credential-rotate"),
+    path(CREDENTIAL + "delete/", credential_delete_view, name="agents-credential-delete"),
+]
