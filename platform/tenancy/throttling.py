@@ -13,8 +13,12 @@ key prefix, client address), so that guessing keys is slow and costs nobody else
   lock every other key out of the host it shares.
 * **Nobody else's address.** Counters are keyed by the client address, so failures from one
   address never refuse a key presented from another.
-* **Cheap.** A success costs one ``MGET`` (the check on the way in), a failure one script
-  call. While Redis is unreachable nothing is counted or refused (keys are still checked).
+* **Cheap.** A counter this process found under its limit is trusted for
+  ``CLEAR_FOR_S`` (one second) unless this process counts a failure against it, so a
+  steady stream of good requests costs no Redis call; otherwise the check is one ``MGET``
+  and a failure one script call. Failures counted by another process are seen within that
+  second. While Redis is unreachable nothing is counted or refused (keys are still
+  checked).
 
 The client address is ``REMOTE_ADDR`` (a socket's ``scope["client"]``) as the ASGI server
 set it; an IPv6 address counts as its /64 network, which one host usually holds whole.
@@ -25,7 +29,9 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterable, Sequence
 from typing import Final, cast
 
 from django.conf import settings
@@ -43,6 +49,12 @@ _PRESENTED_PREFIX = re.compile(r"^sap_([a-z0-9]{12})_")
 COUNTED_CODES: Final = frozenset({"malformed_api_key", "invalid_api_key"})
 UNKNOWN_ADDRESS: Final = "unknown"
 IPV6_NETWORK_BITS: Final = 64
+# How long a counter found under its limit is trusted without asking Redis again (see the
+# module docstring), and how many such counters one process remembers.
+CLEAR_FOR_S: Final = 1.0
+MAX_CLEAR: Final = 10_000
+_clear: dict[str, float] = {}  # counter key -> monotonic time it is trusted until
+_clear_guard = threading.Lock()
 
 # Adds one to each counter, starting its window at its first failure; answers the counts.
 _COUNT_LUA: Final = """
@@ -98,6 +110,9 @@ def api_key_throttle_check(*, address: str | None, raw_key: str) -> None:
     and when to retry. One ``MGET`` (and a ``PTTL`` when refusing); lets everything through
     while Redis is unreachable."""
     counters = _counters(address=address, raw_key=raw_key)
+    now = time.monotonic()
+    if all(_clear.get(key, 0.0) > now for key, _, _ in counters):
+        return
     client = redis_client()
     try:
         counts = cast(Sequence[bytes | None], client.mget([key for key, _, _ in counters]))
@@ -107,6 +122,7 @@ def api_key_throttle_check(*, address: str | None, raw_key: str) -> None:
             if count is not None and int(count) >= limit
         ]
         if not over:
+            _trust(key for key, _, _ in counters)
             return
         pipeline = client.pipeline(transaction=False)
         for key, _, _ in over:
@@ -135,6 +151,9 @@ def api_key_failure_record(*, address: str | None, raw_key: str, code: str) -> N
     if code not in COUNTED_CODES:
         return
     keys = [key for key, _, _ in _counters(address=address, raw_key=raw_key)]
+    with _clear_guard:
+        for key in keys:
+            _clear.pop(key, None)
     window_ms = settings.API_KEY_FAILURE_WINDOW_S * 1000
     try:
         redis_client().eval(_COUNT_LUA, len(keys), *keys, str(window_ms))
@@ -142,9 +161,20 @@ def api_key_failure_record(*, address: str | None, raw_key: str, code: str) -> N
         logger.warning("API-key failure not counted: %s", error)
 
 
+def _trust(keys: Iterable[str]) -> None:
+    until = time.monotonic() + CLEAR_FOR_S
+    with _clear_guard:
+        if len(_clear) >= MAX_CLEAR:
+            _clear.clear()
+        for key in keys:
+            _clear[key] = until
+
+
 def api_key_failures_reset() -> int:
     """Forget every counted failure (an operator's reset; tests start from none). Answers how
     many counters were removed."""
+    with _clear_guard:
+        _clear.clear()
     client = redis_client()
     keys = list(client.scan_iter(match=f"{KEY_PREFIX}*", count=1000))
     return int(cast(int, client.delete(*keys))) if keys else 0

@@ -177,3 +177,31 @@ async def test_sockets_with_bad_keys_are_closed_4429_after_the_limit(tenant: Ten
     assert connected
     assert await bystander.receive_nothing(timeout=0.3)
     await bystander.disconnect()
+
+
+def test_a_clear_address_is_trusted_for_a_second_unless_this_process_counts_a_failure(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Good requests cost no Redis call for CLEAR_FOR_S; another process's failures are seen
+    after it, this process's at once."""
+    valid = make_api_key(tenant).secret
+    clock = [1000.0]
+    monkeypatch.setattr("tenancy.throttling.time.monotonic", lambda: clock[0])
+    assert _me(valid, ATTACKER).status_code == 200  # found clear, trusted from now
+    redis_client().set(f"{KEY_PREFIX}address:{ATTACKER}", 30, px=60_000)  # another process
+
+    trusted = _me(valid, ATTACKER).status_code
+    clock[0] += 1.5
+    refused = _me(valid, ATTACKER).status_code
+
+    assert (trusted, refused) == (200, 429)
+
+
+def test_a_failure_counted_here_ends_the_trust_at_once(tenant: Tenant, settings: Settings) -> None:
+    settings.API_KEY_FAILURES_PER_ADDRESS = 1
+    valid = make_api_key(tenant).secret
+    assert _me(valid, ATTACKER).status_code == 200
+
+    failed = _me(_made_up_key(), ATTACKER).status_code
+
+    assert (failed, _me(valid, ATTACKER).status_code) == (401, 429)
