@@ -123,15 +123,20 @@ class DefinitionForm(ServiceForm):
             self.add_problem(error.field or "", error.message)
 
 
-class ModelDefinitionForm(DefinitionForm):
-    kind = "models"
-    api_key_value = forms.CharField(
+def key_field(more: str = "") -> forms.CharField:
+    """A write-only API key: typed in, never rendered back."""
+    return forms.CharField(
         label="API key",
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Write-only: stored encrypted and never shown. Leave empty to keep the "
-        "stored key.",
+        help_text=f"Write-only: stored encrypted and never shown. Leave empty to keep the "
+        f"stored key{more}.",
     )
+
+
+class ModelDefinitionForm(DefinitionForm):
+    kind = "models"
+    api_key_value = key_field()
     remove_api_key = forms.BooleanField(
         label="Remove the stored API key", required=False, initial=False
     )
@@ -342,13 +347,7 @@ class CredentialForm(RowServiceForm):
     key is typed in, never shown."""
 
     service_save = staticmethod(credential_save)
-    api_key_value = forms.CharField(
-        label="API key",
-        required=False,
-        widget=forms.PasswordInput(render_value=False),
-        help_text="Write-only: stored encrypted and never shown. Leave empty to keep the "
-        "stored key; a new one replaces it (rotation).",
-    )
+    api_key_value = key_field("; a new one replaces it (rotation)")
 
     class Meta:
         model = ProviderCredential
