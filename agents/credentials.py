@@ -22,17 +22,17 @@ base URL the egress guard (:mod:`common.egress`) lets through.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from django.conf import settings
 from django.db import transaction
 
-from agents.documents import NAME_PATTERN, PLATFORM_CREDENTIAL_PREFIX, ModelDoc
+from agents.documents import PLATFORM_CREDENTIAL_PREFIX, ModelDoc, is_snake_case
 from agents.models import CredentialProvider, Model, ProviderCredential
-from agents.providers.base import KeyRefusal
+from agents.providers.base import OFFICIAL_BASE_URLS, KeyRefusal
+from common.egress import destination_problem
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.payloads import object_body, text_field
 from common.time import now, to_us
@@ -42,10 +42,6 @@ from tenancy.models import Tenant
 FIELDS: Final = ("name", "provider", "base_url", "description", "api_key")
 MAX_CREDENTIALS: Final = 100  # per tenant
 MAX_KEY_CHARS: Final = 4096
-OFFICIAL_BASE_URLS: Final = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-}
 # The model provider each credential provider serves.
 MODEL_PROVIDER: Final = {
     CredentialProvider.OPENAI: "openai",
@@ -66,12 +62,23 @@ def url_key(url: str) -> str:
 @dataclass(frozen=True)
 class CredentialTarget:
     """What one credential reference allows: the model provider it serves, and the
-    endpoints its key may go to (the first is where a model without ``base_url`` goes)."""
+    endpoints its key may go to (the first is where a model without ``base_url`` goes).
+    ``row`` is the tenant's credential; None for the operator's."""
 
     name: str
     provider: str
     endpoints: tuple[str, ...]
-    platform: bool = False
+    row: ProviderCredential | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def platform(self) -> bool:
+        return self.row is None
+
+    def secret(self) -> str:
+        """The key: decrypted from the tenant's row, or the operator's from the settings."""
+        if self.row is None:
+            return str(settings.PLATFORM_PROVIDER_CREDENTIALS_SECRETS[self.provider]["api_key"])
+        return credential_secret(self.row)
 
     def allows(self, base_url: str | None) -> bool:
         return base_url is None or url_key(base_url) in {url_key(e) for e in self.endpoints}
@@ -111,7 +118,7 @@ def platform_targets() -> dict[str, CredentialTarget]:
         endpoints = [*([own] if own else []), OFFICIAL_BASE_URLS[provider]]
         endpoints += [u for u in settings.PROVIDER_BASE_URLS_ALLOWED if u not in endpoints]
         name = f"{PLATFORM_CREDENTIAL_PREFIX}{provider}"
-        targets[name] = CredentialTarget(name, provider, tuple(endpoints), platform=True)
+        targets[name] = CredentialTarget(name, provider, tuple(endpoints))
     return targets
 
 
@@ -120,7 +127,8 @@ def _tenant_target(row: ProviderCredential) -> CredentialTarget:
         endpoints: tuple[str, ...] = (row.base_url,)
     else:
         endpoints = (OFFICIAL_BASE_URLS[row.provider],)
-    return CredentialTarget(row.name, MODEL_PROVIDER[CredentialProvider(row.provider)], endpoints)
+    provider = MODEL_PROVIDER[CredentialProvider(row.provider)]
+    return CredentialTarget(row.name, provider, endpoints, row=row)
 
 
 @dataclass(frozen=True)
@@ -128,7 +136,6 @@ class CredentialChoices:
     """The credential references a tenant's models may name (for definition validation)."""
 
     targets: Mapping[str, CredentialTarget]
-    platform_granted: bool
     platform_known: frozenset[str]
 
     def problem(self, name: str) -> str | None:
@@ -161,15 +168,16 @@ class CredentialChoices:
         return None
 
 
-def credential_choices(*, tenant: Tenant) -> CredentialChoices:
+def credential_choices(*, tenant: Tenant, only: str | None = None) -> CredentialChoices:
+    """The credentials ``tenant``'s models may name (``only``: just that one of its own)."""
     platform = platform_targets()
-    granted = platform_granted(tenant)
-    targets = {
-        row.name: _tenant_target(row) for row in ProviderCredential.objects.for_tenant(tenant)
-    }
-    if granted:
+    rows = ProviderCredential.objects.for_tenant(tenant)
+    if only is not None:
+        rows = rows.filter(name=only)
+    targets = {row.name: _tenant_target(row) for row in rows}
+    if platform_granted(tenant):
         targets.update(platform)
-    return CredentialChoices(targets, granted, frozenset(platform))
+    return CredentialChoices(targets, frozenset(platform))
 
 
 # The key of one model call ---------------------------------------------------------------------
@@ -210,43 +218,20 @@ def model_key(row: Model, doc: ModelDoc, *, env: EnvLookup, stored: Callable[[],
 
 
 def _credential_key(row: Model, doc: ModelDoc) -> ModelKey:
+    """The key of a model that names a credential, checked as its definition was
+    (:meth:`CredentialChoices.check`), since the credential, the grant or the operator's
+    settings may have changed since, or the row may predate these rules."""
     name = doc.credential
     assert name is not None
-    tenant = row.tenant
-    if name.startswith(PLATFORM_CREDENTIAL_PREFIX):
-        target = platform_targets().get(name)
-        if target is None or not platform_granted(tenant):
-            problem = credential_choices(tenant=tenant).problem(name)
-            return ModelKey(
-                None, doc.base_url, refused=KeyRefusal(f"model {doc.name!r}: {problem}")
-            )
-        if not target.allows(doc.base_url) or target.provider != doc.provider:
-            return ModelKey(
-                None,
-                doc.base_url,
-                refused=KeyRefusal(
-                    f"model {doc.name!r}: base_url {doc.base_url!r}: "
-                    + target.refusal(doc.base_url or "")
-                ),
-            )
-        provider = name.removeprefix(PLATFORM_CREDENTIAL_PREFIX)
-        secret = settings.PLATFORM_PROVIDER_CREDENTIALS_SECRETS[provider]["api_key"]
-        return ModelKey(secret, doc.base_url or target.endpoints[0], operator_endpoint=True)
-    credential = ProviderCredential.objects.for_tenant(tenant).filter(name=name).first()
-    if credential is None:
-        return ModelKey(
-            None,
-            doc.base_url,
-            refused=KeyRefusal(f"model {doc.name!r}: unknown credential {name!r}"),
-        )
-    target = _tenant_target(credential)
-    if not target.allows(doc.base_url) or target.provider != doc.provider:
-        return ModelKey(
-            None,
-            doc.base_url,
-            refused=KeyRefusal(f"model {doc.name!r}: " + target.refusal(doc.base_url or "")),
-        )
-    return ModelKey(credential_secret(credential), doc.base_url or target.endpoints[0])
+    choices = credential_choices(tenant=row.tenant, only=name)
+    found = choices.check(name, provider=doc.provider, base_url=doc.base_url)
+    if found is not None:
+        where, message = found
+        refusal = KeyRefusal(f"model {doc.name!r}: {where}: {message}")
+        return ModelKey(None, doc.base_url, refused=refusal)
+    target = choices.targets[name]
+    endpoint = doc.base_url or target.endpoints[0]
+    return ModelKey(target.secret(), endpoint, operator_endpoint=target.platform)
 
 
 # Tenant credentials: services ------------------------------------------------------------------
@@ -329,7 +314,7 @@ def _key(value: Any) -> str:
     return value.strip()
 
 
-def _base_url(provider: str, value: str, destination: Callable[[str], str | None]) -> str:
+def _base_url(provider: str, value: str) -> str:
     if provider != CredentialProvider.OPENAI_COMPATIBLE:
         if value:
             raise ValidationFailed(
@@ -342,18 +327,12 @@ def _base_url(provider: str, value: str, destination: Callable[[str], str | None
         raise ValidationFailed(
             "an openai_compatible credential needs its base_url", field="base_url"
         )
-    if not value.startswith(("https://", "http://")) or any(c.isspace() for c in value):
+    if any(c.isspace() for c in value):
         raise ValidationFailed("base_url must be an http(s) URL", field="base_url")
-    problem = destination(value)
+    problem = destination_problem(value)  # the scheme, the host, a refused address
     if problem is not None:
         raise ValidationFailed(problem, field="base_url")
     return value
-
-
-def _destination_check() -> Callable[[str], str | None]:
-    from common.egress import destination_problem
-
-    return destination_problem
 
 
 @transaction.atomic
@@ -372,7 +351,7 @@ def credential_save(
     name = _text(body, "name", max_chars=64, required=current is None) or (
         current.name if current else ""
     )
-    if not _is_name(name):
+    if not is_snake_case(name):
         raise ValidationFailed(
             "name must be snake_case: a lower-case letter, then letters, digits or _ (<= 64)",
             field="name",
@@ -389,7 +368,7 @@ def credential_save(
     else:  # kept, unless the new provider has no base URL of its own
         compatible = provider == CredentialProvider.OPENAI_COMPATIBLE
         base_url = current.base_url if compatible else ""
-    base_url = _base_url(provider, base_url, _destination_check())
+    base_url = _base_url(provider, base_url)
     if current is None and "api_key" not in body:
         raise ValidationFailed("api_key is required", field="api_key")
     key = _key(body["api_key"]) if "api_key" in body else None
@@ -414,10 +393,6 @@ def credential_save(
     row.updated_at = now()
     row.save()
     return row
-
-
-def _is_name(value: str) -> bool:
-    return re.fullmatch(NAME_PATTERN, value) is not None
 
 
 def _users(*, tenant: Tenant, name: str) -> list[str]:

@@ -30,6 +30,7 @@ from agents.providers._sdk import (
     provider_options,
 )
 from agents.providers.base import (
+    OFFICIAL_BASE_URLS,
     Finish,
     FinishReason,
     ImagePart,
@@ -49,7 +50,7 @@ from agents.providers.base import (
 from agents.providers.schemas import provider_tool_schema
 
 PROVIDER: Final = "anthropic"
-DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+DEFAULT_BASE_URL: Final = OFFICIAL_BASE_URLS["anthropic"]
 DEFAULT_MAX_TOKENS: Final = 4096
 MIN_THINKING_BUDGET: Final = 1024
 _BUDGET_FOR_EFFORT: Final = {"low": 1024, "medium": 4096, "high": 16384}

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Final, Literal, Protocol
 
 from common.errors import DomainError
 
@@ -112,6 +112,14 @@ class ModelPrices:
             + usage.completion_tokens * self.output_per_million
         )
         return total / _MILLION
+
+
+# Each SDK provider's official endpoint: where a model without ``base_url`` goes, and the one
+# endpoint a credential of that provider may be sent to (agents.credentials).
+OFFICIAL_BASE_URLS: Final[Mapping[str, str]] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from agents.providers._sdk import (
 )
 from agents.providers.base import (
     NO_USAGE,
+    OFFICIAL_BASE_URLS,
     TOOL_CHOICE_MODES,
     Finish,
     FinishReason,
@@ -48,7 +49,7 @@ from agents.providers.base import (
 from agents.providers.schemas import provider_tool_schema
 
 PROVIDER: Final = "openai"
-DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+DEFAULT_BASE_URL: Final = OFFICIAL_BASE_URLS["openai"]
 _FINISH: Final[dict[str, FinishReason]] = {
     "stop": "stop",
     "tool_calls": "tool_calls",

@@ -26,7 +26,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.credentials import (
     MAX_KEY_CHARS,
-    OFFICIAL_BASE_URLS,
     credential_delete,
     credential_get,
     credential_listing,
@@ -34,6 +33,7 @@ from agents.credentials import (
 )
 from agents.credentials_api import CredentialViewSet
 from agents.models import CredentialProvider, ProviderCredential
+from agents.providers.base import OFFICIAL_BASE_URLS
 from common.errors import DomainError, NotFound
 from common.time import from_us
 from console.scope import console_of, console_view

@@ -461,11 +461,10 @@ def platform_provider_credentials() -> dict[str, dict[str, str | None]]:
 
 def provider_base_urls_allowed() -> list[str]:
     """Base URLs a model may use with a platform credential besides the provider's official
-    endpoint: ``PROVIDER_BASE_URLS_ALLOWED`` (comma-separated), and always the operator's own
-    ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``."""
-    listed = _list("PROVIDER_BASE_URLS_ALLOWED") or []
-    own = [url for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL") if (url := _get(name))]
-    return [*listed, *own]
+    endpoint and the credential's own base URL (``OPENAI_BASE_URL`` for ``platform:openai``,
+    ``ANTHROPIC_BASE_URL`` for ``platform:anthropic``): ``PROVIDER_BASE_URLS_ALLOWED``,
+    comma-separated."""
+    return _list("PROVIDER_BASE_URLS_ALLOWED") or []
 
 
 def platform_credentials_granted() -> bool:

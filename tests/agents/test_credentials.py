@@ -219,6 +219,26 @@ def test_an_operator_listed_base_url_may_carry_the_platform_credential(
     )  # fmt: skip
 
 
+def test_an_operator_base_url_is_allowed_only_to_its_own_platform_credential(
+    operator_key: None, tenant: Tenant, member: APIClient, settings: Settings
+) -> None:
+    _grant(tenant)
+    settings.PLATFORM_PROVIDER_CREDENTIALS_SECRETS = {
+        "openai": {"api_key": OPERATOR_KEY, "base_url": "https://openai-gw.example.com/v1"},
+        "anthropic": {"api_key": "sk-ant-operator", "base_url": "https://claude-gw.example.com"},
+    }
+
+    own = _define(member, credential="platform:openai", base_url="https://openai-gw.example.com/v1")
+    other = _define(
+        member, name="claude", provider="anthropic", model_id="claude-x",
+        credential="platform:anthropic", base_url="https://openai-gw.example.com/v1",
+    )  # fmt: skip
+
+    assert own.status_code == 201, own.json()
+    assert other.status_code == 400
+    assert other.json()["error"]["field"] == "base_url"
+
+
 def test_the_platform_credential_reaches_an_allowed_server_with_the_key(
     operator_key: None, tenant: Tenant, settings: Settings, server: FakeOpenAIServer
 ) -> None:

@@ -501,11 +501,9 @@ def test_platform_provider_credentials_come_from_the_provider_variables(
         "openai": {"api_key": env.LOCAL_SERVER_KEY, "base_url": "http://127.0.0.1:11434/v1"},
         "anthropic": {"api_key": "sk-ant", "base_url": None},
     }
-    assert env.provider_base_urls_allowed() == ["http://127.0.0.1:11434/v1"]
+    assert env.provider_base_urls_allowed() == []  # a credential's own URL is its own
     monkeypatch.setenv("PROVIDER_BASE_URLS_ALLOWED", "https://gw.example/v1, https://b.example")
-    assert env.provider_base_urls_allowed() == [
-        "https://gw.example/v1", "https://b.example", "http://127.0.0.1:11434/v1",
-    ]  # fmt: skip
+    assert env.provider_base_urls_allowed() == ["https://gw.example/v1", "https://b.example"]
     assert env.platform_credentials_granted() is False
 
 
