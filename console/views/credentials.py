@@ -12,7 +12,7 @@ are write-only: no page holds one, not even a form that was refused.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,21 +156,43 @@ def credentials_page(request: HttpRequest) -> HttpResponse:
     return _page(request)
 
 
+def _saved(
+    request: HttpRequest,
+    tenant: Tenant,
+    form: forms.Form,
+    *,
+    data: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+    current: ProviderCredential | None,
+    done: Callable[[ProviderCredential], str],
+    as_posted: Mapping[str, Any],
+) -> HttpResponse:
+    """Save what ``form`` holds through ``credential_save`` (``data`` turns its cleaned data
+    into the service's), then back to the page with ``done``'s message; when it cannot be
+    saved, the page with ``as_posted`` (the form and where it shows), its errors at their
+    fields: 400, or the refusal's status."""
+    status = 400
+    if form.is_valid():
+        try:
+            row = credential_save(tenant=tenant, data=data(form.cleaned_data), current=current)
+        except DomainError as error:
+            refuse_at_field(form, error, {})
+            status = error.status
+        else:
+            messages.success(request, done(row))
+            return redirect("console:agents-credentials")
+    return _page(request, status=status, **as_posted)
+
+
 @require_POST
 @console_view(write=True)
 def credential_add(request: HttpRequest) -> HttpResponse:
     """Store a new credential (``credential_save``, as ``POST /api/v1/credentials``)."""
     tenant = _admin_tenant(request)
     form = CredentialForm(request.POST)
-    if not form.is_valid():
-        return _page(request, form=form, status=400)
-    try:
-        row = credential_save(tenant=tenant, data=form.cleaned_data)
-    except DomainError as error:
-        refuse_at_field(form, error, {})
-        return _page(request, form=form, status=error.status)
-    messages.success(request, f"Stored credential {row.name}.")
-    return redirect("console:agents-credentials")
+    return _saved(
+        request, tenant, form, data=lambda cleaned: cleaned, current=None,
+        done=lambda row: f"Stored credential {row.name}.", as_posted={"form": form},
+    )  # fmt: skip
 
 
 @require_POST
@@ -181,15 +203,11 @@ def credential_rotate(request: HttpRequest, name: str) -> HttpResponse:
     tenant = _admin_tenant(request)
     row = _credential(tenant, name)
     form = RotateForm(request.POST, credential=row.name)
-    if not form.is_valid():
-        return _page(request, refused=form, status=400)
-    try:
-        credential_save(tenant=tenant, data={"api_key": form.cleaned_data["api_key"]}, current=row)
-    except DomainError as error:
-        refuse_at_field(form, error, {})
-        return _page(request, refused=form, status=error.status)
-    messages.success(request, f"Rotated the key of credential {row.name}.")
-    return redirect("console:agents-credentials")
+    return _saved(
+        request, tenant, form, data=lambda cleaned: {"api_key": cleaned["api_key"]}, current=row,
+        done=lambda saved: f"Rotated the key of credential {saved.name}.",
+        as_posted={"refused": form},
+    )  # fmt: skip
 
 
 @require_POST
