@@ -101,6 +101,7 @@ class CodeExecution:
         self._prepared = prepared
         self._lock = threading.Lock()
         self._settled = threading.Event()
+        self._started = threading.Event()  # a runner took it, or it settled without one
         self._outcome: CodeExecutionResult | None = None
         self._runner: Runner | None = None
         self._kill_timer: threading.Timer | None = None
@@ -118,6 +119,12 @@ class CodeExecution:
         """The pid of the runner process serving this execution, None when there is none."""
         with self._lock:
             return self._runner.pid if self._runner is not None else None
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        """Wait until a runner has taken the call (or it settled without one: invalid
+        options, a terminate while it waited); False when ``timeout`` passed first, the call
+        still waiting for a free runner of its pool."""
+        return self._started.wait(timeout)
 
     def result(self, timeout: float | None = None) -> CodeExecutionResult:
         """The settled result. Raises ``TimeoutError`` when ``timeout`` passes first (the
@@ -186,6 +193,7 @@ class CodeExecution:
                 attach = True
                 self._runner = runner
                 runner.listener = self
+                self._started.set()
         if not attach:
             self._pool.release(runner)
             return
@@ -323,6 +331,7 @@ class CodeExecution:
             )
             callbacks, self._callbacks = self._callbacks, []
             self._settled.set()
+            self._started.set()
         for callback in callbacks:
             _call_safely(callback, self._outcome)
         return True

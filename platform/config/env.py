@@ -338,6 +338,20 @@ def sandbox_address_space_mb() -> int:
     return _positive("SANDBOX_ADDRESS_SPACE_MB", 1024)
 
 
+def sandbox_tenant_concurrency() -> int:
+    """Code tools and code-mode programs one tenant's flows may run at once, across every
+    worker process; by default half of one process's runners (``SANDBOX_POOL_SIZE`` / 2, at
+    least 1), so one tenant never holds a worker's whole pool."""
+    return _positive("SANDBOX_TENANT_CONCURRENCY", max(1, sandbox_pool_size() // 2))
+
+
+def sandbox_wait_s() -> int:
+    """Seconds a flow's code tool or program waits for its start (its tenant's turn, then a
+    free runner of its worker) before its call fails as ``sandbox_busy``; its budget
+    (``CODE_TOOL_TIMEOUT_S``) counts only from its start."""
+    return _positive("SANDBOX_WAIT_S", 60)
+
+
 def run_code_tenant_concurrency() -> int:
     """``POST …/run-code`` calls one tenant may have running at once, across every web
     process; keep it below ``SANDBOX_POOL_SIZE`` so one tenant never holds a whole pool."""

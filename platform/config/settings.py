@@ -249,6 +249,11 @@ SANDBOX_POOL_SIZE = env.sandbox_pool_size()
 SANDBOX_CPU_LIMIT_S = env.sandbox_cpu_limit_s()
 SANDBOX_ADDRESS_SPACE_MB = env.sandbox_address_space_mb()
 CODE_TOOL_TIMEOUT_S = env.code_tool_timeout_s()
+# Flows' sandbox calls (code tools, code-mode programs): how many one tenant runs at once
+# across every worker (Redis leases; the rest wait their turn, in order), and how long one
+# waits for its start (its turn, then a free runner) before it fails as sandbox_busy.
+SANDBOX_TENANT_CONCURRENCY = env.sandbox_tenant_concurrency()
+SANDBOX_WAIT_S = env.sandbox_wait_s()
 # POST …/run-code (threads.api.code): calls one tenant may run at once cluster-wide (Redis
 # leases), and how long a call waits for a free runner of its process before a 503.
 RUN_CODE_TENANT_CONCURRENCY = env.run_code_tenant_concurrency()

@@ -8,6 +8,7 @@ import datetime
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -45,7 +46,7 @@ def test_an_aborted_flow_terminates_its_running_code_tool() -> None:
     abort = AbortSignal()
     abort.set()
 
-    result = code_tool_run(tool, {}, abort=abort, budget_s=30)
+    result = code_tool_run(tool, {}, tenant_id=uuid.uuid4(), abort=abort, budget_s=30)
 
     assert result.status == "error"
     assert result.error == "terminated: TerminatedError: the flow was stopped"
@@ -58,8 +59,8 @@ def test_a_code_tool_returning_nothing_succeeds_empty_and_values_become_json() -
         source="export default () => ({ counts: new Map([['a', 1]]), when: new Date(0) })",
     )  # fmt: skip
 
-    assert code_tool_run(nothing, {}).result == ""
-    assert json.loads(code_tool_run(mapped, {}).result or "") == {
+    assert code_tool_run(nothing, {}, tenant_id=uuid.uuid4()).result == ""
+    assert json.loads(code_tool_run(mapped, {}, tenant_id=uuid.uuid4()).result or "") == {
         "counts": [["a", 1]], "when": "1970-01-01T00:00:00+00:00",
     }  # fmt: skip
 

@@ -34,9 +34,10 @@ from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import DomainError
 from threads.models import Action, ActionStatus
 from threads.services.actions import action_allows, denial_result
-from threads.services.code import code_run
+from threads.services.code import code_run, code_started, sandbox_turn
 
 if TYPE_CHECKING:
+    from sandbox import CodeExecution
     from threads.runtime.tools import ToolRunner
 
 HELPERS: Final = ("now", "random")
@@ -176,7 +177,9 @@ def code_mode_run(
     replay: Replay | None,
 ) -> ToolResult:  # fmt: skip
     """Run the program of ``code`` call ``call`` with this flow's thread dispatching its tool
-    calls (see the module docstring). Raises CodePaused when a call needs a person."""
+    calls (see the module docstring), in its tenant's turn for the sandbox
+    (:func:`~threads.services.code.sandbox_turn`); its budget, ``CODE_TOOL_TIMEOUT_S``, counts
+    from its start on a runner. Raises CodePaused when a call needs a person."""
     program = _Program(runner, call, pausable, replay)
     requests: queue.Queue[Any] = queue.Queue()
     counter = iter(range(1_000_000))
@@ -196,19 +199,41 @@ def code_mode_run(
     helpers = {name: bridge(f"helpers.{name}") for name in HELPERS}
     options = {"language": arguments.get("language") or "typescript",
                "filename": "<code>", "globals": {"tools": tools, "helpers": helpers}}  # fmt: skip
-    execution = code_run(
-        str(arguments["source"]), options, abort=runner.flow.execution.abort_signal
-    )
-    execution.add_done_callback(lambda _result: requests.put(_DONE))
-    deadline = time.monotonic() + settings.CODE_TOOL_TIMEOUT_S
+    flow = runner.flow
+    abort = flow.execution.abort_signal
+    budget_s = settings.CODE_TOOL_TIMEOUT_S
+    with sandbox_turn(tenant_id=flow.thread.tenant_id, abort=abort, budget_s=budget_s) as wait_s:
+        execution = code_run(str(arguments["source"]), options, abort=abort)
+        execution.add_done_callback(lambda _result: requests.put(_DONE))
+        code_started(execution, wait_s=wait_s)
+        diverged = _serve(program, execution, requests, budget_s=budget_s)
+    if diverged is not None:
+        return ToolResult.failure(diverged.message, code=diverged.code)
+    if program.paused is not None:
+        raise program.paused
+    outcome = execution.result()
+    if outcome.status != "success":
+        message = outcome.error.message if outcome.error is not None else outcome.status
+        return ToolResult.failure(f"the program failed ({outcome.status}): {message}")
+    value = outcome.result
+    return ToolResult.success(value if isinstance(value, str) else json.dumps(value, default=str))
+
+
+def _serve(
+    program: _Program, execution: CodeExecution, requests: queue.Queue[Any], *, budget_s: float
+) -> ReplayDiverged | None:
+    """Answer the running program's calls on this thread until it settles, terminating it
+    past ``budget_s``; returns how a replay diverged, if it did."""
+    deadline = time.monotonic() + budget_s
     while True:
+        program.runner.flow.idle()  # the program runs; each of its calls takes a connection
         try:
             item = requests.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            execution.terminate(f"the program ran past {settings.CODE_TOOL_TIMEOUT_S} s")
+            execution.terminate(f"the program ran past {budget_s:g} s")
             continue
         if item is _DONE:
-            break
+            return None
         index, name, args, reply = item
         if program.paused is not None:
             reply.put((False, "the program is paused for a person's decision"))
@@ -223,14 +248,6 @@ def code_mode_run(
         except ReplayDiverged as diverged:
             reply.put((False, diverged.message))
             execution.terminate(diverged.message)
-            return ToolResult.failure(diverged.message, code=diverged.code)
+            return diverged
         except DomainError as error:
             reply.put((False, error.message))
-    if program.paused is not None:
-        raise program.paused
-    outcome = execution.result()
-    if outcome.status != "success":
-        message = outcome.error.message if outcome.error is not None else outcome.status
-        return ToolResult.failure(f"the program failed ({outcome.status}): {message}")
-    value = outcome.result
-    return ToolResult.success(value if isinstance(value, str) else json.dumps(value, default=str))

@@ -222,6 +222,7 @@ class ToolRunner:
         a failure result (a pause for a person, or an abort, propagates)."""
         assert resolved.entry is not None
         state = self.flow.tool_state(resolved.config, self.prompt_name)
+        self.flow.idle()
         try:
             return call_function_tool(resolved.entry, state, arguments)
         except FlowAborted:
@@ -271,6 +272,7 @@ class ToolRunner:
         if resolved.kind == "function":
             assert resolved.entry is not None
             state = self.flow.tool_state(resolved.config, self.prompt_name)
+            self.flow.idle()  # a tool may wait on anything; what it reads takes a connection
             return call_function_tool(resolved.entry, state, arguments)
         if resolved.kind == "code_mode":
             return self._program(call, arguments, issuer)
@@ -281,9 +283,10 @@ class ToolRunner:
         if resolved.kind in ("subagent", "lifecycle"):
             return self.flow.run_subagent(resolved, arguments, side=self.side)
         config = resolved.config
+        self.flow.idle()
         return code_tool_run(
             self.flow.defs.code_tool(resolved.name), arguments,
-            abort=self.flow.execution.abort_signal,
+            tenant_id=self.flow.thread.tenant_id, abort=self.flow.execution.abort_signal,
             entry_env=config.env if config is not None else None,
             entry_options=config.options if config is not None else None,
         )  # fmt: skip

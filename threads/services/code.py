@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import datetime
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+from uuid import UUID
 
 from django.conf import settings
 
 from agents.documents import CodeToolDoc
 from agents.providers.base import AbortSignal as FlowAbortSignal
 from agents.registry import ToolResult
-from common.errors import ValidationFailed
+from common.errors import DomainError, ValidationFailed
 from common.payloads import payload_check
 from sandbox import (
     UNDEFINED,
@@ -36,6 +40,13 @@ from sandbox import (
     default_pool,
     run_code,
 )
+from threads.services.leases import lease_wait
+
+# The name of the tenant leases that count flows' sandbox calls (threads.services.leases).
+SANDBOX_LEASE: Final = "sandbox"
+# A lease outlives its call's longest possible life by this much, for starting and settling;
+# only a crashed process's lease ever reaches its expiry.
+LEASE_MARGIN_S: Final = 3.0
 
 
 def code_pool() -> RunnerPool:
@@ -68,6 +79,58 @@ def code_run(
     return execution
 
 
+class SandboxBusy(DomainError):
+    """A flow's code call did not get its start within ``SANDBOX_WAIT_S``: its tenant's turn
+    (``SANDBOX_TENANT_CONCURRENCY``), then a free runner of its worker."""
+
+    code = "sandbox_busy"
+
+
+@contextlib.contextmanager
+def sandbox_turn(
+    *, tenant_id: UUID | str, abort: FlowAbortSignal | None, budget_s: float
+) -> Iterator[float]:
+    """One of the tenant's ``SANDBOX_TENANT_CONCURRENCY`` sandbox calls of flows, across every
+    worker process, for the block: a code tool's or a ``code`` program's. The call waits its
+    turn behind the tenant's earlier ones, in order, holding nothing (no runner, no database
+    connection), up to ``SANDBOX_WAIT_S``; yields the part of that wait left for a free runner
+    (:func:`code_started`). Raises :class:`SandboxBusy` naming the limit when its turn did not
+    come in time, or the flow was stopped while it waited."""
+    limit, wait_s = settings.SANDBOX_TENANT_CONCURRENCY, settings.SANDBOX_WAIT_S
+    started = time.monotonic()
+    lease = lease_wait(
+        tenant_id=tenant_id, name=SANDBOX_LEASE, limit=limit,
+        ttl_ms=int((wait_s + budget_s + LEASE_MARGIN_S) * 1000), timeout_s=wait_s,
+        until=abort if abort is not None else threading.Event(),
+    )  # fmt: skip
+    if lease is None:
+        if abort is not None and abort.is_set:
+            raise SandboxBusy("the flow was stopped while its code waited for its turn")
+        calls = "call" if limit == 1 else "calls"
+        raise SandboxBusy(
+            f"the sandbox is busy: this tenant's flows already run {limit} code {calls}, the "
+            f"most SANDBOX_TENANT_CONCURRENCY allows at once, and this one waited "
+            f"{wait_s:g} s (SANDBOX_WAIT_S) for its turn"
+        )
+    try:
+        yield max(0.0, wait_s - (time.monotonic() - started))
+    finally:
+        lease.release()
+
+
+def code_started(execution: CodeExecution, *, wait_s: float) -> None:
+    """Wait up to ``wait_s`` (what :func:`sandbox_turn` left of ``SANDBOX_WAIT_S``) for a free
+    runner of this process to take ``execution`` (a budget counts from then); past it,
+    terminate the execution and raise :class:`SandboxBusy` naming the setting."""
+    if not execution.wait_started(wait_s):
+        message = (
+            f"the sandbox is busy: no runner of this worker was free within "
+            f"{settings.SANDBOX_WAIT_S} s (SANDBOX_WAIT_S); the code did not start"
+        )
+        execution.terminate(message)
+        raise SandboxBusy(message)
+
+
 def code_settle(execution: CodeExecution, *, budget_s: float) -> CodeExecutionResult:
     """Wait up to ``budget_s`` for ``execution``; past it, terminate it with a message naming
     the budget and return that ``terminated`` result."""
@@ -97,6 +160,7 @@ def code_tool_run(
     tool: CodeToolDoc,
     arguments: Mapping[str, Any],
     *,
+    tenant_id: UUID | str,
     abort: FlowAbortSignal | None = None,
     budget_s: float | None = None,
     entry_env: Mapping[str, str] | None = None,
@@ -106,8 +170,9 @@ def code_tool_run(
     arguments and ``{env, options}`` (the ``env`` and ``options`` of the prompt's ``tools[]``
     entry, ``{}`` when it sets none), and what it returns (or resolves to) is the tool's
     result: a string as it is, anything else as JSON. An error, a failed link, an overrun of
-    memory or of the budget (``CODE_TOOL_TIMEOUT_S``) is a failed call whose message says
-    which."""
+    memory or of the budget (``CODE_TOOL_TIMEOUT_S``, counted from its start on a runner) is a
+    failed call whose message says which. It runs in its tenant's turn (:func:`sandbox_turn`),
+    which raises :class:`SandboxBusy` when it does not come in time."""
     extension = "ts" if tool.language == "typescript" else "js"
     context = {"env": dict(entry_env or {}), "options": dict(entry_options or {})}
     options = {
@@ -116,7 +181,10 @@ def code_tool_run(
         "execute": {"fn": "default", "args": [dict(arguments), context]},
     }
     budget = settings.CODE_TOOL_TIMEOUT_S if budget_s is None else budget_s
-    result = code_settle(code_run(tool.source, options, abort=abort), budget_s=budget)
+    with sandbox_turn(tenant_id=tenant_id, abort=abort, budget_s=budget) as runner_wait_s:
+        execution = code_run(tool.source, options, abort=abort)
+        code_started(execution, wait_s=runner_wait_s)
+        result = code_settle(execution, budget_s=budget)
     if result.status == "success":
         value = plain(result.result)
         problem = unstorable(value)

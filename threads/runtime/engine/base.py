@@ -22,8 +22,8 @@ class Runtime:
     provider_factory: Callable[[ModelSpec], Provider] = provider_for
     load_model: Callable[[str], ModelSpec] | None = None
     retry_base_delay_s: float = BASE_DELAY_S
-    # Give the pooled database connection back during model calls (workers run many flows
-    # per process); in-process tests keep theirs (their transaction lives on it).
+    # Give the pooled database connection back whenever a flow waits (Flow.idle: workers run
+    # many flows per process); in-process tests keep theirs (their transaction lives on it).
     release_connection: bool = False
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from agents.providers.base import AbortSignal, ToolCall
 from agents.registry import ToolResult
 from agents.schemas import check_schema
+from common.connections import connection_release
 from common.errors import DomainError
 from common.ids import new_id
 from common.time import now_us
@@ -108,6 +109,13 @@ class Flow:
     @property
     def aborted(self) -> bool:
         return self.execution.abort_signal.is_set
+
+    def idle(self) -> None:
+        """A wait begins (a model, a tool, a sandbox runner, a subagent): in a worker the
+        flow gives its database connection back to the pool, and its next statement takes
+        one again, so a flow holds a connection only to read or write."""
+        if self.runtime.release_connection:
+            connection_release()
 
     def run(self) -> StopReason:
         """Run the turn until a stop condition and end it; returns the reason. StaleFence

@@ -9,8 +9,6 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection
-
 from agents.documents import PromptDoc, SideConfig
 from agents.providers.base import (
     LLMMessage,
@@ -123,8 +121,7 @@ def model_call(
         metadata={"thread_id": str(flow.thread.pk), "flow_id": flow.flow_id},
     )
     _checkpoint(flow, pending)
-    if flow.runtime.release_connection:
-        connection.close()  # back to the pool while the model thinks
+    flow.idle()  # the connection goes back to the pool while the model thinks
     try:
         result = generate_with_fallbacks(
             spec, request, stream=True, on_chunk=timer.on_chunk,

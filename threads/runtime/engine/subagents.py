@@ -268,6 +268,7 @@ def session_await(flow: Flow, link: SubagentLink, child: Thread, turn_id: uuid.U
                 result=f"Subagent {child.pk} {why}; its result will arrive as a message when "
                 "it finishes.",
             )  # fmt: skip
+        flow.idle()
         flow.execution.abort_signal.wait(delay)
         delay = min(delay * 2, 1.0)
 
