@@ -77,7 +77,7 @@ class DefinitionViewSet(TenantScopedViewSet):
 
     kind: ClassVar[Kind]
     lookup_field = "name"
-    lookup_value_regex = "[^/]+"
+    lookup_value_converter = "str"
     ordering = ("name",)  # unique in a tenant: a stable keyset for the list's pages
 
     def _saved(self, row: Definition, warnings: Sequence[Any], code: int) -> Response:
@@ -360,7 +360,6 @@ class PermissionRuleViewSet(TenantScopedViewSet):
 
     queryset = PermissionRule.objects.all()
     write_role = Role.ADMIN
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
     ordering = ("created_at", "id")
 
     @extend_schema(

@@ -69,7 +69,7 @@ class CredentialViewSet(TenantScopedViewSet):
     queryset = ProviderCredential.objects.all()
     write_role = Role.ADMIN
     lookup_field = "name"
-    lookup_value_regex = "[^/]+"
+    lookup_value_converter = "str"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.order_by("name")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from threads.events.webhooks import DELIVER_TASK
@@ -12,6 +14,10 @@ from threads.services.actions import actions_expire
 from threads.services.effects import FIRE_TASK, effects_prune, effects_sweep
 from threads.services.wakeups import DRIVE_TASK
 from threads.services.webhooks import webhook_deliver, webhooks_sweep
+
+# Beat's duties say at INFO what they did, when they did something: a tick with nothing to
+# do (nearly all of them, every second or two) stays silent.
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name=DRIVE_TASK, ignore_result=True)
@@ -25,13 +31,19 @@ def drive_thread(thread_id: str, tenant_id: str | None = None, attempt: int = 0)
 @shared_task(name="threads.sweep_threads", ignore_result=True)
 def sweep_threads() -> int:
     """Beat: wake threads whose work has no live worker."""
-    return threads_sweep()
+    woken = threads_sweep()
+    if woken:
+        logger.info("sweep-threads: woke %d threads whose work had no live worker", woken)
+    return woken
 
 
 @shared_task(name="threads.expire_actions", ignore_result=True)
 def expire_actions() -> int:
     """Beat: resolve the actions nobody answered in time (their turns resume)."""
-    return actions_expire()
+    expired = actions_expire()
+    if expired:
+        logger.info("expire-actions: resolved %d actions nobody answered in time", expired)
+    return expired
 
 
 @shared_task(name=FIRE_TASK, ignore_result=True)
@@ -43,19 +55,28 @@ def fire_effect(effect_id: str) -> str | None:
 @shared_task(name="threads.sweep_effects", ignore_result=True)
 def sweep_effects() -> int:
     """Beat: deliver effects falling due that have no delivery, and those whose was lost."""
-    return effects_sweep()
+    sent = effects_sweep()
+    if sent:
+        logger.info("sweep-effects: sent %d effects falling due or whose delivery was lost", sent)
+    return sent
 
 
 @shared_task(name="threads.prune_effects", ignore_result=True)
 def prune_effects() -> int:
     """Beat: drop effect history past its retention."""
-    return effects_prune()
+    pruned = effects_prune()
+    if pruned:
+        logger.info("prune-effects: dropped %d rows of effect history past retention", pruned)
+    return pruned
 
 
 @shared_task(name="threads.fire_schedules", ignore_result=True)
 def fire_schedules() -> int:
     """Beat: run the recurring schedules that are due, once each."""
-    return schedules_fire()
+    fired = schedules_fire()
+    if fired:
+        logger.info("fire-schedules: ran %d recurring schedules", fired)
+    return fired
 
 
 @shared_task(name=DELIVER_TASK, ignore_result=True)
@@ -67,4 +88,7 @@ def deliver_webhook(delivery_id: str) -> str | None:
 @shared_task(name="threads.sweep_webhooks", ignore_result=True)
 def sweep_webhooks() -> int:
     """Beat: re-send webhook deliveries whose message or worker was lost."""
-    return webhooks_sweep()
+    resent = webhooks_sweep()
+    if resent:
+        logger.info("sweep-webhooks: re-sent %d webhook deliveries that were lost", resent)
+    return resent

@@ -11,16 +11,26 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
-from django.core.exceptions import DisallowedHost, RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import (
+    DisallowedHost,
+    ImproperlyConfigured,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 from django.views import csrf, defaults
 from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
+from rest_framework.views import APIView
 
+from common.converters import group
 from common.errors import DomainError, RetryLater
 from common.outages import RETRY_AFTER_S, database_pool_recheck, outage_service
 
@@ -220,8 +230,45 @@ def json_server_error(request: HttpRequest) -> JsonResponse:
 
 
 class Router(SimpleRouter):
-    """A DRF router whose routes match with or without a trailing slash."""
+    """A DRF router whose routes match with or without a trailing slash, and whose lookup
+    matches what a registered path converter matches (:mod:`common.converters`): the
+    viewset's ``lookup_value_converter``, by default ``uuid``, so a malformed id matches
+    no route. A viewset may not set ``lookup_value_regex``: its own pattern could let a
+    malformed id through to the database (a 500)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.trailing_slash = "/?"
+
+    def get_lookup_regex(self, viewset: Any, lookup_prefix: str = "") -> str:
+        if getattr(viewset, "lookup_value_regex", None) is not None:
+            raise ImproperlyConfigured(
+                f"{viewset.__name__}: set lookup_value_converter (a registered path "
+                "converter: uuid, str), not lookup_value_regex"
+            )
+        lookup_field = getattr(viewset, "lookup_field", "pk")
+        kwarg = getattr(viewset, "lookup_url_kwarg", None) or lookup_field
+        return group(f"{lookup_prefix}{kwarg}", getattr(viewset, "lookup_value_converter", "uuid"))
+
+
+class _JsonBesidesItsPage(APIView):
+    """For a view whose ``GET`` answers a page in a format of its own (the OpenAPI document
+    in YAML, Swagger UI's HTML): every other answer, an error (a 405, a 406) or
+    ``OPTIONS``, is JSON, as everywhere under ``/api/``."""
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        page = request.method in ("GET", "HEAD") and not getattr(response, "exception", False)
+        if not page:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class SchemaView(_JsonBesidesItsPage, SpectacularAPIView):
+    """``/api/schema/``: the OpenAPI document (YAML, or JSON as ``Accept`` asks)."""
+
+
+class DocsView(_JsonBesidesItsPage, SpectacularSwaggerView):
+    """``/api/docs/``: Swagger UI over the OpenAPI document."""

@@ -9,6 +9,9 @@ cookies and set lazy attributes), so they run on the event loop; the few steps t
 touch the database or the disk (saving a session that a request used, storing messages,
 serving a static file) still go through a thread. Under WSGI they behave exactly as
 Django's.
+
+Beside them, :func:`database_reads_fail_fast` marks the requests that only read, whose
+wait for a database connection is short while PostgreSQL is unreachable.
 """
 
 from __future__ import annotations
@@ -25,9 +28,14 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 from django.middleware.security import SecurityMiddleware
+from django.utils.decorators import sync_and_async_middleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
+from common.db_backend.pool import reads_fail_fast
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# Requests that only read: they may fail fast during a database outage.
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class _OnLoop:
@@ -154,6 +162,29 @@ class StaticFiles(WhiteNoiseMiddleware):
         path = request.path_info
         found = self.find_file(path) if self.autorefresh else self.files.get(path)
         return None if found is None else self.serve(found, request)
+
+
+@sync_and_async_middleware
+def database_reads_fail_fast(get_response: Any) -> Any:
+    """Middleware: a ``GET``, ``HEAD`` or ``OPTIONS`` request waits for a database
+    connection at most the pool's ``read_timeout`` while PostgreSQL is unreachable, and
+    the API answers it ``503`` with ``Retry-After`` (:mod:`common.db_backend.pool`); other
+    requests wait the pool's full ``timeout``. It sets a context variable, on the event
+    loop under ASGI."""
+
+    if iscoroutinefunction(get_response):
+
+        async def async_middleware(request: HttpRequest) -> HttpResponseBase:
+            with reads_fail_fast(request.method in READS):
+                return await get_response(request)  # type: ignore[no-any-return]
+
+        return async_middleware
+
+    def middleware(request: HttpRequest) -> HttpResponseBase:
+        with reads_fail_fast(request.method in READS):
+            return get_response(request)  # type: ignore[no-any-return]
+
+    return middleware
 
 
 # The Django middleware each of ours stands for (common.checks runs Django's checks of it).

@@ -7,8 +7,10 @@ and beat with ``celery -A config beat``.
 import os
 from typing import Any
 
+import kombu
 import redis
 from celery import Celery
+from celery.app.amqp import AMQP
 from kombu.transport import redis as kombu_redis
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251
@@ -39,6 +41,46 @@ def _connparams_while_open(channel: Any, asynchronous: bool = False) -> Any:
 _kombu_connparams = kombu_redis.Channel._connparams  # type: ignore[attr-defined]
 kombu_redis.Channel._connparams = _connparams_while_open  # type: ignore[attr-defined]
 
-app = Celery("platform")
+
+class BrokerConnection(kombu.Connection):
+    """A broker connection whose retry loops wait at most the ``interval_start``,
+    ``interval_step`` and ``interval_max`` of ``CELERY_BROKER_TRANSPORT_OPTIONS``.
+
+    kombu reads those options only where it opens a channel for a publisher; the worker's
+    consumer and beat reconnect through ``ensure_connection`` with kombu's own defaults (2 s,
+    then 4, 6 … up to 30 s between tries), so a worker found Redis back up to 30 s late after
+    a long outage. Here the options are ceilings on every loop; a caller asking for shorter
+    waits (the publish retry policy) keeps them."""
+
+    def _ensure_connection(  # type: ignore[override]
+        self,
+        errback: Any = None,
+        max_retries: int | None = None,
+        interval_start: float = 2,
+        interval_step: float = 2,
+        interval_max: float = 30,
+        **options: Any,
+    ) -> Any:
+        ceiling = self.transport_options or {}
+        return super()._ensure_connection(
+            errback,
+            max_retries,
+            interval_start=min(interval_start, ceiling.get("interval_start", interval_start)),
+            interval_step=min(interval_step, ceiling.get("interval_step", interval_step)),
+            interval_max=min(interval_max, ceiling.get("interval_max", interval_max)),
+            **options,
+        )
+
+
+class BrokerAMQP(AMQP):
+    Connection = BrokerConnection
+
+
+app = Celery("platform", amqp=BrokerAMQP)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Beat: its scheduler writes the heartbeat that /readyz, make run's watchdog and the probe
+# `python -m config.beat_watch` read (config.beat_watch). A default: `--scheduler` or a
+# CELERY_BEAT_SCHEDULER setting still chooses another.
+app.add_defaults(lambda: {"beat_scheduler": "config.beat_watch:HeartbeatScheduler"})

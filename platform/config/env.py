@@ -185,9 +185,10 @@ def celery_concurrency() -> int:
 
 
 def flows_per_tenant() -> int:
-    """Flows one tenant may run at once in one worker process; by default all but an eighth
-    of ``CELERY_CONCURRENCY`` (all but one of 8, at least 1), so one tenant never holds every
-    slot."""
+    """Flows one tenant may run at once across every worker process; by default all but an
+    eighth of one worker's ``CELERY_CONCURRENCY`` (all but one of 8, at least 1), so one
+    tenant never holds every slot of a worker. A flow holds a worker thread and, only while
+    it reads or writes, a database connection."""
     concurrency = celery_concurrency()
     return _positive("FLOWS_PER_TENANT", max(1, concurrency - concurrency // 8))
 

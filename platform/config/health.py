@@ -1,9 +1,15 @@
 """Probes: ``/healthz`` (liveness: the process answers) and ``/readyz`` (readiness: it can
-reach PostgreSQL and Redis).
+reach PostgreSQL and Redis; it also reports whether beat runs).
 
 Liveness needs nothing but the event loop, so a busy database pool or a slow dependency
 never makes an orchestrator restart a process that is merely waiting; readiness is what a
 load balancer should route on.
+
+A stale beat (no heartbeat for ``beat_watch.STALE_AFTER_S``) is ``"status": "degraded"``
+with the beat check failing, still a 200: this web process serves requests as well as
+before, and a 503 would take every web process out of the load balancer at once, turning a
+late sweep into an outage. Beat's own supervisor restarts it (``python -m
+config.beat_watch`` is its liveness probe); monitoring alerts on the body.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.utils import Error as DatabaseError
 from django.http import HttpRequest, JsonResponse
+
+from config.beat_watch import heartbeat_problem, heartbeat_read
 
 CHECK_TIMEOUT_S = 2.0
 
@@ -54,6 +62,23 @@ def _check_redis() -> str | None:
     return None
 
 
+def _check_beat() -> str | None:
+    try:
+        beat = heartbeat_read(
+            _redis_client(settings.REDIS_URL), queue=settings.CELERY_TASK_DEFAULT_QUEUE
+        )
+    except redis.RedisError as error:
+        return f"heartbeat unreadable: {type(error).__name__}: {error}"
+    return heartbeat_problem(beat)
+
+
+# What readiness needs; a failing one makes /readyz a 503. The others only degrade it.
+REQUIRED = ("postgres", "redis")
+CHECKS: dict[str, Callable[[], str | None]] = {
+    "postgres": _check_postgres, "redis": _check_redis, "beat": _check_beat,
+}  # fmt: skip
+
+
 def _timed(check: Callable[[], str | None]) -> tuple[str | None, float]:
     started = time.perf_counter()
     problem = check()
@@ -66,18 +91,16 @@ async def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """200 when every dependency answers; 503 naming each one that does not.
+    """200 when PostgreSQL and Redis answer; 503 naming each one that does not. A beat
+    without a fresh heartbeat makes it ``degraded``, naming beat, but not a 503.
 
-    Both checks run concurrently and the answer comes within ``CHECK_TIMEOUT_S``
+    The checks run concurrently and the answer comes within ``CHECK_TIMEOUT_S``
     even when a dependency hangs (a load balancer must not wait on us).
     """
     checks: dict[str, dict[str, object]] = {}
-    down = []
+    failed = []
     started = time.perf_counter()
-    futures = {
-        name: _checker.submit(_timed, check)
-        for name, check in (("postgres", _check_postgres), ("redis", _check_redis))
-    }
+    futures = {name: _checker.submit(_timed, check) for name, check in CHECKS.items()}
     for name, future in futures.items():
         remaining = CHECK_TIMEOUT_S - (time.perf_counter() - started)
         try:
@@ -87,8 +110,15 @@ def readyz(request: HttpRequest) -> JsonResponse:
         checks[name] = {"ok": problem is None, "latency_ms": elapsed_ms}
         if problem is not None:
             checks[name]["error"] = problem
-            down.append(name)
-    body: dict[str, object] = {"status": "ok" if not down else "unavailable", "checks": checks}
-    if down:
-        body["message"] = f"unavailable: {', '.join(down)}"
+            failed.append(name)
+    down = [name for name in failed if name in REQUIRED]
+    degraded = [name for name in failed if name not in REQUIRED]
+    status = "unavailable" if down else "degraded" if degraded else "ok"
+    body: dict[str, object] = {"status": status, "checks": checks}
+    if failed:
+        body["message"] = "; ".join(
+            f"{word}: {', '.join(names)}"
+            for word, names in (("unavailable", down), ("degraded", degraded))
+            if names
+        )
     return JsonResponse(body, status=503 if down else 200)

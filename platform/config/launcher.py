@@ -1,11 +1,18 @@
 """``make run``: the whole platform in the foreground, on one machine.
 
 Starts (or reuses) PostgreSQL and Redis, migrates, seeds the demo tenant, then
-runs the ASGI server, a Celery worker (threads pool) and celery beat, restarting any
-of them that exits (:class:`Supervisor`), each writing to ``var/log/<name>.log``. It prints
-its banner (the URL, the demo API key, what to try) last, once the web answers ``/readyz``
-and the worker and beat run. Ctrl-C (or SIGTERM) stops the three processes, then the
-embedded servers this run started.
+runs the ASGI server, :data:`WORKERS` Celery workers (threads pool) and celery beat,
+restarting any of them that exits and killing a beat whose heartbeat stopped
+(:class:`Supervisor`), each writing to ``var/log/<name>.log``. It prints its banner (the URL,
+the demo API key, what to try) last, once the web answers ``/readyz`` and the workers and
+beat run. Ctrl-C (or SIGTERM) stops the processes, then the embedded servers this run
+started.
+
+A worker killed mid-turn leaves its thread locked until the lock expires
+(``THREAD_LOCK_TTL_MS``); the sweeper then hands it to a worker. Two workers, so that one is
+already up (with one, the takeover also waits for the replacement to boot), and sweeps of
+our own across the moments the dead worker's locks expire (:class:`TakeoverSweeps`), so
+the takeover does not also wait for beat's next sweep (``THREAD_SWEEP_INTERVAL_S``).
 """
 
 from __future__ import annotations
@@ -16,23 +23,30 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
+
+from kombu.exceptions import OperationalError
 
 from config import devservices, env
-from config.celery import WORKER_OPTIONS
+from config.beat_watch import BeatWatchdog, redis_client
+from config.celery import WORKER_OPTIONS, app
 
 SHUTDOWN_GRACE_S = 10
 READY_TIMEOUT_S = 60
-# A process that exits is started again after these delays (the last repeats), and counts
-# as healthy again once it has run STABLE_AFTER_S.
-RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
-STABLE_AFTER_S = 60.0
+WORKERS = 2
+CHECK_EVERY_S = 0.2
+# A process that exits is started again after these delays: the first when it had been up
+# (it said it takes work, or ran STABLE_AFTER_S): a crash, not a crash loop; longer ones for
+# each exit in a row that came sooner (the last repeats).
+RESTART_BACKOFF_S = (0.5, 2.0, 5.0, 10.0, 30.0)
+STABLE_AFTER_S = 15.0
 
 
 class LaunchError(RuntimeError):
@@ -71,18 +85,44 @@ def web_options() -> list[str]:
             "--ws-per-message-deflate", deflate]  # fmt: skip
 
 
-def _process_commands(host: str, port: int) -> dict[str, list[str]]:
+def process_commands(
+    host: str, port: int, *, workers: int = WORKERS, var_dir: Path | None = None
+) -> dict[str, list[str]]:
+    """``make run``'s processes: ``web``, ``worker-1`` … ``worker-<workers>`` and ``beat``
+    (its schedule in ``var_dir``, by default ``PLATFORM_VAR_DIR``)."""
     python = sys.executable
-    var = env.var_dir()
+    var = var_dir or env.var_dir()
+    worker = [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
+              "--concurrency", str(env.celery_concurrency()), "--loglevel", "INFO",
+              *WORKER_OPTIONS]  # fmt: skip
     return {
         "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host,
                 "--port", str(port), *web_options()],
-        "worker": [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
-                   "--concurrency", str(env.celery_concurrency()), "--loglevel", "INFO",
-                   "--hostname", "worker@%h", *WORKER_OPTIONS],
+        **{f"worker-{n}": [*worker, "--hostname", f"worker-{n}@%h"]
+           for n in range(1, workers + 1)},
         "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip
+
+
+def run_environment(overrides: Mapping[str, str], *, var_dir: Path | None = None) -> dict[str, str]:
+    """The environment of ``make run``'s processes: this one's plus ``overrides``.
+
+    A worker boots in about 6 s (8-10 s on a busy host) when Python may not cache bytecode
+    (``PYTHONDONTWRITEBYTECODE``, common in containers and CI shells), against under 3 s from
+    cached bytecode: the difference is compiling some 5,000 modules at every start. The
+    processes then keep their bytecode under ``var/pycache`` (``PYTHONPYCACHEPREFIX``),
+    still writing nothing beside the sources: ``migrate`` compiles most of it before they
+    start, and every restart reuses it (docs/operations.md has the measurements).
+    """
+    cache: dict[str, str] = {}
+    if sys.flags.dont_write_bytecode:
+        prefix = sys.pycache_prefix or str((var_dir or env.var_dir()) / "pycache")
+        cache = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": prefix}
+    return env.child_environment(
+        {"DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONUNBUFFERED": "1", **cache,
+         **overrides}
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -116,17 +156,21 @@ def background_server(overrides: Mapping[str, str] | None = None) -> Iterator[tu
         process.wait(timeout=SHUTDOWN_GRACE_S)
 
 
-# What a process writes to its log once it takes work (the web answers /readyz instead).
-READY_MARKS = {"worker": " ready.", "beat": "beat: Starting..."}
+def ready_mark(name: str) -> str | None:
+    """What process ``name`` writes to its log once it takes work; None for the web, which
+    answers ``/readyz`` instead."""
+    if name == "web":
+        return None
+    return "beat: Starting..." if name == "beat" else " ready."
 
 
 def _wait_ready(
     base_url: str, processes: dict[str, subprocess.Popen[bytes]], log_dir: Path
 ) -> None:
-    """Until the web answers ``/readyz`` and the worker and beat say they run: the first
+    """Until the web answers ``/readyz`` and the workers and beat say they run: the first
     request after the banner finds everything taking work."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    waiting = {"web", *READY_MARKS}
+    waiting = set(processes)
     while time.monotonic() < deadline:
         for name, process in processes.items():
             if process.poll() is not None:
@@ -136,9 +180,9 @@ def _wait_ready(
                 )
         if "web" in waiting and _answers(f"{base_url}readyz"):
             waiting.discard("web")
-        for name, mark in READY_MARKS.items():
+        for name in waiting - {"web"}:
             log = log_dir / f"{name}.log"
-            if name in waiting and log.exists() and mark in log.read_text(errors="replace"):
+            if log.exists() and str(ready_mark(name)) in log.read_text(errors="replace"):
                 waiting.discard(name)
         if not waiting:
             return
@@ -182,10 +226,21 @@ def _banner(base_url: str, credentials: dict[str, str], log_dir: Path) -> str:
     )
 
 
+class Watchdog(Protocol):
+    """Judges a running process by more than its being alive (beat: its heartbeat)."""
+
+    def problem(self, *, pid: int, started_at: float) -> str | None:
+        """Why process ``pid``, started at ``started_at`` (:func:`time.monotonic`), should be
+        killed; None while it is well."""
+
+
 class Supervisor:
     """Keeps named processes running: one that exits is started again after a backoff
-    (:data:`RESTART_BACKOFF_S`, reset once it has run :data:`STABLE_AFTER_S`), and each
-    exit and restart is said on stderr. A crashed worker or beat never stays down."""
+    (:data:`RESTART_BACKOFF_S`), the shortest when it had been up (its log shows its
+    :func:`ready_mark`, or it ran :data:`STABLE_AFTER_S`) and longer for each exit in a row
+    that came sooner; one whose watchdog finds it hung is killed (SIGKILL) and so restarted.
+    Each exit, kill and restart is said on stderr. A crashed or hung worker or beat never
+    stays down."""
 
     def __init__(
         self,
@@ -195,15 +250,21 @@ class Supervisor:
         backoff_s: Sequence[float] = RESTART_BACKOFF_S,
         stable_after_s: float = STABLE_AFTER_S,
         log_dir: Path | None = None,
+        watchdogs: Mapping[str, Watchdog] | None = None,
+        on_exit: Callable[[str], None] | None = None,
     ) -> None:
         self.commands = dict(commands)
         self.log_dir = log_dir  # each process writes to <name>.log there (None: inherited)
         self.environment = dict(environment)
         self.backoff_s = tuple(backoff_s)
         self.stable_after_s = stable_after_s
+        self.watchdogs = dict(watchdogs or {})
+        self.on_exit = on_exit  # called with the name of each process seen to exit
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = dict.fromkeys(self.commands, 0)
+        self.kills: dict[str, int] = dict.fromkeys(self.commands, 0)
         self._started_at: dict[str, float] = {}
+        self._log_offset: dict[str, int] = {}
         self._failures: dict[str, int] = dict.fromkeys(self.commands, 0)
         self._due: dict[str, float] = {}
 
@@ -213,6 +274,7 @@ class Supervisor:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             output = (self.log_dir / f"{name}.log").open("ab")
+            self._log_offset[name] = output.tell()
         try:
             self.processes[name] = subprocess.Popen(
                 self.commands[name], env=self.environment, start_new_session=True,
@@ -228,30 +290,116 @@ class Supervisor:
             self.start(name)
 
     def check(self) -> None:
-        """Restart what exited, once its backoff has passed; call it every fraction of a
-        second."""
-        moment = time.monotonic()
+        """Kill what its watchdog finds hung, restart what exited once its backoff has
+        passed; call it every fraction of a second (:meth:`run` does)."""
         for name, process in self.processes.items():
-            if process.poll() is None:
-                if moment - self._started_at[name] >= self.stable_after_s:
-                    self._failures[name] = 0
+            if process.poll() is None and not self._hung(name, process):
                 continue
+            moment = time.monotonic()
             due = self._due.get(name)
             if due is None:
+                if self._was_up(name, moment):
+                    self._failures[name] = 0
                 failures = self._failures[name]
                 delay = self.backoff_s[min(failures, len(self.backoff_s) - 1)]
                 self._failures[name] = failures + 1
                 self._due[name] = moment + delay
                 print(f"{name} exited with code {process.returncode}; restarting it in "
                       f"{delay:g} s", file=sys.stderr, flush=True)  # fmt: skip
+                if self.on_exit is not None:
+                    self.on_exit(name)
             elif moment >= due:
                 del self._due[name]
                 self.restarts[name] += 1
                 self.start(name)
                 print(f"{name} restarted", file=sys.stderr, flush=True)
 
+    def _was_up(self, name: str, moment: float) -> bool:
+        """Whether ``name``, which exited, had been up: ran :attr:`stable_after_s` or said in
+        its log that it takes work."""
+        if moment - self._started_at[name] >= self.stable_after_s:
+            return True
+        mark = ready_mark(name)
+        if self.log_dir is None or mark is None:
+            return False
+        with (self.log_dir / f"{name}.log").open("rb") as log:
+            log.seek(self._log_offset[name])
+            return mark.encode() in log.read()
+
+    def _hung(self, name: str, process: subprocess.Popen[bytes]) -> bool:
+        """Whether ``name``'s watchdog found it hung; if so it is killed (and reaped)."""
+        watchdog = self.watchdogs.get(name)
+        if watchdog is None:
+            return False
+        problem = watchdog.problem(pid=process.pid, started_at=self._started_at[name])
+        if problem is None:
+            return False
+        print(f"{name} (pid {process.pid}): {problem}; killing it (SIGKILL)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        process.kill()
+        process.wait()
+        self.kills[name] += 1
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        """:meth:`check` every :data:`CHECK_EVERY_S` until ``stop`` is set."""
+        while not stop.wait(CHECK_EVERY_S):
+            self.check()
+
     def stop(self) -> None:
         _stop(self.processes)
+
+
+class TakeoverSweeps:
+    """Called when a worker exits: sends beat's thread sweep to run across the moments at
+    which the locks it held expire, so a standing worker takes its threads over within
+    about half a second of that, not up to a sweep interval later.
+
+    A lock expires ``THREAD_LOCK_TTL_MS`` after its last renewal, and renewals come every
+    third of that; the worker died before we saw it exit, so its locks expire between two
+    thirds of the TTL and the TTL from now. A sweep finding nothing to do costs one query;
+    one the broker refuses is said and left to beat's own."""
+
+    STEP_S = 0.5
+
+    def __init__(self, redis_url: str, *, queue: str, lock_ttl_s: float) -> None:
+        self.redis_url = redis_url
+        self.queue = queue
+        self.task: str = app.conf.beat_schedule["sweep-threads"]["task"]
+        first, last = lock_ttl_s * 2 / 3, lock_ttl_s + 0.1
+        steps = int((last - first) // self.STEP_S) + 1
+        self.countdowns_s = [round(first + n * self.STEP_S, 2) for n in range(steps)]
+        if self.countdowns_s[-1] < last:
+            self.countdowns_s.append(round(last, 2))
+
+    def __call__(self, name: str) -> None:
+        if not name.startswith("worker-"):
+            return
+        try:
+            with app.connection_for_write(self.redis_url) as connection:
+                for countdown in self.countdowns_s:
+                    app.send_task(self.task, countdown=countdown, queue=self.queue,
+                                  connection=connection)  # fmt: skip
+        except (OperationalError, OSError) as error:
+            print(f"{name}: could not send the takeover sweeps ({error}); beat's sweep "
+                  "will wake its threads", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def supervisor_for(
+    commands: Mapping[str, Sequence[str]],
+    environment: Mapping[str, str],
+    *,
+    log_dir: Path,
+    redis_url: str,
+) -> Supervisor:
+    """``make run``'s supervisor of ``commands``: beat's watchdog and the takeover sweeps,
+    both on ``redis_url``."""
+    queue, lock_ttl_s = env.celery_queue(), env.thread_lock_ttl_ms() / 1000
+    return Supervisor(
+        commands, environment, log_dir=log_dir,
+        watchdogs={"beat": BeatWatchdog(redis_client(redis_url), queue=queue)},
+        on_exit=TakeoverSweeps(redis_url, queue=queue, lock_ttl_s=lock_ttl_s),
+    )  # fmt: skip
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -288,24 +436,23 @@ def main() -> int:
     services = devservices.up()
     supervisor: Supervisor | None = None
     try:
-        environment = env.child_environment(
-            {**services.environment(), "DJANGO_SETTINGS_MODULE": "config.settings",
-             "PYTHONUNBUFFERED": "1"}
-        )  # fmt: skip
+        environment = run_environment(services.environment())
         _manage(["migrate", "--noinput"], environment)
         credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
         credentials["agents"] = _manage(["seed_demo_agents"], environment, capture=True).strip()
         _check_port_free(host, port)
         log_dir = env.var_dir() / "log"
         _logs_rotate(log_dir)
-        supervisor = Supervisor(_process_commands(host, port), environment, log_dir=log_dir)
+        supervisor = supervisor_for(
+            process_commands(host, port), environment, log_dir=log_dir,
+            redis_url=services.redis_url,
+        )  # fmt: skip
         supervisor.start_all()
-        print(f"Starting web, worker and beat (logs in {log_dir}) …", flush=True)
+        print(f"Starting web, {WORKERS} workers and beat (logs in {log_dir}) …", flush=True)
         _wait_ready(base_url, supervisor.processes, log_dir)
         print(_banner(base_url, credentials, log_dir), flush=True)
-        while True:
-            supervisor.check()
-            time.sleep(0.5)
+        supervisor.run(threading.Event())  # until Ctrl-C
+        return 0
     except KeyboardInterrupt:
         print("\nStopping…", flush=True)
         return 0

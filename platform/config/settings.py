@@ -32,7 +32,13 @@ def _database(url: str) -> dict[str, Any]:
     # A per-process pool (psycopg_pool): under ASGI, Django's persistent connections
     # are per thread and closed after each request, so pooling is what avoids a
     # fresh connection per request.
-    options.setdefault("pool", {"min_size": 1, "max_size": env.db_pool_size(), "timeout": 10})
+    # A read (GET, HEAD, OPTIONS) waits at most read_timeout for a connection while
+    # PostgreSQL is unreachable, then answers 503 with Retry-After; a write, or any caller
+    # while the pool is merely busy, waits up to timeout (common.db_backend.pool).
+    options.setdefault(
+        "pool",
+        {"min_size": 1, "max_size": env.db_pool_size(), "timeout": 10, "read_timeout": 1},
+    )
     # A silent server must not hang a connection attempt forever (libpq waits unbounded).
     options.setdefault("connect_timeout", 5)
     # Parameters travel apart from the statement, and psycopg prepares a statement once a
@@ -45,7 +51,7 @@ def _database(url: str) -> dict[str, Any]:
     if not binding:
         options["prepare_threshold"] = None
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "common.db_backend",  # Django's, with an outage-aware pool
         "NAME": unquote(parts.path.lstrip("/")) or "platform",
         "USER": unquote(parts.username or "postgres"),
         "PASSWORD": unquote(parts.password or ""),
@@ -115,6 +121,8 @@ MIDDLEWARE = [
     # Then: it answers a bad Host, path or query under /api/ in JSON before any other
     # middleware reads them (CommonMiddleware would answer a bad Host with an HTML page).
     "common.api.api_url_check",
+    # A read waits briefly for a database connection while PostgreSQL is unreachable.
+    "common.middleware.database_reads_fail_fast",
     # Django's and WhiteNoise's middleware, run on the event loop under ASGI instead of
     # through a thread per hook (common.middleware).
     "common.middleware.Security",
@@ -195,7 +203,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # fails within seconds instead of hanging, and publishing a wake-up retries briefly (past
 # that, the caller logs it and the sweeper wakes the thread: threads.services.wakeups).
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 2}
+# Reconnecting (worker, beat, publishers) waits 0.5 s, then 1, 1.5, then 2 s between tries for
+# as long as Redis is down (config.celery.BrokerConnection), so a flow resumes within a
+# try plus a sweep (THREAD_SWEEP_INTERVAL_S) of Redis's return, whatever the outage's length.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": 5, "socket_connect_timeout": 2,
+    "interval_start": 0.5, "interval_step": 0.5, "interval_max": 2.0,
+}  # fmt: skip
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
 }  # fmt: skip
@@ -232,8 +246,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "fire-schedules": {"task": "threads.fire_schedules", "schedule": EFFECT_SWEEP_INTERVAL_S},
     "sweep-webhooks": {"task": "threads.sweep_webhooks", "schedule": EFFECT_SWEEP_INTERVAL_S},
 }
-# Flows one tenant may run at once per worker process (threads.runtime.driver); the rest of
-# its threads wait, queued, for the sweeper to wake them again.
+# Flows one tenant may run at once across every worker (threads.runtime.driver: counted
+# thread locks); the rest of its threads wait, queued, and are woken as its flows end.
 FLOWS_PER_TENANT = env.flows_per_tenant()
 # A thread's lock (threads.services.lock) expires this long after its holder stops renewing.
 THREAD_LOCK_TTL_MS = env.thread_lock_ttl_ms()
@@ -388,15 +402,30 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # Beat's sweeps (every second or two) log at DEBUG: config.logs.
-    "filters": {"periodic": {"()": "config.logs.PeriodicTasksAtDebug"}},
+    # Beat's sweeps (every second or two) log at DEBUG, and a Redis outage says so once per
+    # kind of line, at WARNING: config.logs.
+    "filters": {
+        "periodic": {"()": "config.logs.PeriodicTasksAtDebug"},
+        "redis_outage": {"()": "config.logs.RedisOutageOnce"},
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.log_level()},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         **{
             name: {"filters": ["periodic"]}
-            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+            for name in ("celery.worker.strategy", "celery.app.trace")
+        },
+        "celery.beat": {"filters": ["periodic", "redis_outage"]},
+        **{
+            name: {"filters": ["redis_outage"]}
+            for name in (
+                "celery.worker.request",  # "Couldn't ack" (kombu logs it here)
+                "celery.worker.consumer.consumer",
+                "threads.broadcast",
+                "threads.services.heartbeat",
+                "threads.services.wakeups",
+            )
         },
     },
 }

@@ -2,9 +2,8 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path, re_path
 from django.views.generic import TemplateView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from common.api import json_bad_request, json_not_found, json_server_error
+from common.api import DocsView, SchemaView, json_bad_request, json_not_found, json_server_error
 from config.health import healthz, readyz
 
 urlpatterns = [
@@ -19,8 +18,8 @@ urlpatterns = [
     re_path(r"^readyz/?$", readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("console/", include("console.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("tenancy.urls")),
     path("api/v1/", include("agents.urls")),
     path("api/v1/", include("threads.urls")),

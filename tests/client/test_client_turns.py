@@ -3,6 +3,7 @@ stream, list, cancel, remove, promote, and idempotent submits."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -65,6 +66,10 @@ def test_the_same_idempotency_key_answers_the_first_turn(client: Client, chat: s
 def test_queued_turns_are_promoted_removed_and_cancelled(client: Client, chat: str) -> None:
     thread = client.threads.create(chat)
     running = client.turns.submit(thread["id"], "slow one")
+    deadline = time.monotonic() + 30  # a busy worker may take a moment to start it
+    while client.turns.get(running["id"])["status"] != "running":
+        assert time.monotonic() < deadline, "the slow turn did not start"
+        time.sleep(0.02)
     second = client.turns.submit(thread["id"], "second")
     third = client.turns.submit(thread["id"], "third")
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -11,7 +12,20 @@ from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDataba
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from config.beat_watch import STALE_AFTER_S, heartbeat_key, heartbeat_write, redis_client
 from config.health import CHECK_TIMEOUT_S
+from tests.worker import private_queue
+
+
+@pytest.fixture(autouse=True)
+def beat(settings: Settings) -> Iterator[str]:
+    """A queue of the test's own, whose beat has just written its heartbeat."""
+    queue = private_queue()
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    client = redis_client(settings.REDIS_URL)
+    heartbeat_write(client, queue=queue)
+    yield queue
+    client.delete(heartbeat_key(queue))
 
 
 def _closed_port() -> int:
@@ -22,7 +36,7 @@ def _closed_port() -> int:
 
 
 @pytest.mark.django_db
-def test_readyz_is_ok_when_postgres_and_redis_answer(client: Client) -> None:
+def test_readyz_is_ok_when_postgres_and_redis_answer_and_beat_beats(client: Client) -> None:
     response = client.get("/readyz")
 
     assert response.status_code == 200
@@ -30,11 +44,44 @@ def test_readyz_is_ok_when_postgres_and_redis_answer(client: Client) -> None:
     body = response.json()
     assert body["status"] == "ok"
     assert "message" not in body
-    assert set(body["checks"]) == {"postgres", "redis"}
+    assert set(body["checks"]) == {"postgres", "redis", "beat"}
     for check in body["checks"].values():
         assert check["ok"] is True
         assert "error" not in check
         assert check["latency_ms"] >= 0
+
+
+@pytest.mark.django_db
+def test_readyz_is_degraded_but_200_naming_beat_when_its_heartbeat_is_stale(
+    client: Client, beat: str, settings: Settings
+) -> None:
+    """The web serves as well as before: a 503 would take it out of the load balancer."""
+    stale = {"at": time.time() - STALE_AFTER_S - 5, "pid": 1, "host": "beat-host"}
+    redis_client(settings.REDIS_URL).set(heartbeat_key(beat), json.dumps(stale))
+
+    response = client.get("/readyz")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["message"]) == ("degraded", "degraded: beat")
+    assert body["checks"]["beat"]["ok"] is False
+    assert body["checks"]["beat"]["error"] == (
+        f"no heartbeat for {STALE_AFTER_S + 5:.0f} s (stale after {STALE_AFTER_S:g} s)"
+    )
+    assert body["checks"]["postgres"]["ok"] is True
+    assert body["checks"]["redis"]["ok"] is True
+
+
+@pytest.mark.django_db
+def test_readyz_is_degraded_naming_beat_when_no_beat_ever_ran(
+    client: Client, beat: str, settings: Settings
+) -> None:
+    redis_client(settings.REDIS_URL).delete(heartbeat_key(beat))
+
+    body = client.get("/readyz").json()
+
+    assert (body["status"], body["message"]) == ("degraded", "degraded: beat")
+    assert body["checks"]["beat"]["error"] == "no heartbeat: beat is not running"
 
 
 @pytest.mark.django_db
@@ -53,7 +100,7 @@ def test_readyz_is_unavailable_naming_redis_when_redis_is_down(
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unavailable"
-    assert body["message"] == "unavailable: redis"
+    assert body["message"] == "unavailable: redis; degraded: beat"
     assert body["checks"]["postgres"]["ok"] is True
     assert body["checks"]["redis"]["ok"] is False
     assert body["checks"]["redis"]["error"].startswith("ConnectionError: ")
@@ -112,7 +159,7 @@ def test_readyz_names_both_when_everything_is_down(client: Client, settings: Set
         response = client.get("/readyz")
 
     assert response.status_code == 503
-    assert response.json()["message"] == "unavailable: postgres, redis"
+    assert response.json()["message"] == "unavailable: postgres, redis; degraded: beat"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,7 +1,8 @@
 """``make run`` itself (``python -m config.launcher``), against the test database and Redis:
 its banner is the last thing it prints and comes once everything takes work (the first
-message right after it is answered), the processes write to ``var/log/`` without beat's
-sweeps at INFO, and a second run keeps what the tenant changed in the demo."""
+message right after it is answered), the processes (two workers) write to ``var/log/``
+without beat's sweeps at INFO but with beat's lifecycle, and a second run keeps what the
+tenant changed in the demo."""
 
 from __future__ import annotations
 
@@ -124,13 +125,20 @@ def test_the_banner_comes_last_once_everything_takes_work_and_a_rerun_keeps_edit
     assert answered_s < FIRST_ANSWER_S  # no worker still starting
     assert printed[-1] == BANNER_END
     logs = Path(environment["PLATFORM_VAR_DIR"]) / "log"
-    assert {path.name for path in logs.glob("*.log")} == {"web.log", "worker.log", "beat.log"}
-    worker_log = (logs / "worker.log").read_text()
-    assert " ready." in worker_log
-    # Beat's sweeps (every second or two) log at DEBUG; the worker's task list names them once.
-    assert "Task threads.sweep_threads[" not in worker_log
+    assert {path.name for path in logs.glob("*.log")} == {
+        "web.log", "worker-1.log", "worker-2.log", "beat.log"
+    }  # fmt: skip
+    for worker in ("worker-1", "worker-2"):
+        worker_log = (logs / f"{worker}.log").read_text()
+        assert f"{worker}@" in worker_log
+        assert " ready." in worker_log
+        # Beat's sweeps (every second or two) log at DEBUG; the task list names them once.
+        assert "Task threads.sweep_threads[" not in worker_log
     beat_log = (logs / "beat.log").read_text()
     assert "beat: Starting..." in beat_log
+    assert "beat: started (pid " in beat_log  # and the duties it runs, at INFO
+    assert "sweep-threads every 2 s" in beat_log
+    assert "beat: stopped (pid " in beat_log
     assert "Sending due task" not in beat_log
 
     second = Run(environment)

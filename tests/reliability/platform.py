@@ -14,9 +14,12 @@ import contextlib
 import http.client
 import itertools
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +33,15 @@ import redis
 from config import env
 from config.celery import WORKER_OPTIONS
 from config.devservices import EmbeddedValkey
-from config.launcher import background_server
+from config.launcher import (
+    WORKERS,
+    Supervisor,
+    background_server,
+    process_commands,
+    ready_mark,
+    run_environment,
+    supervisor_for,
+)
 from tests.support import current_database_url, server_warm_up
 from tests.worker import Worker
 
@@ -271,3 +282,103 @@ def outage_rounds(
                 assert worker.alive, f"a worker exited:\n{worker.log()[-4000:]}"
             assert platform.beat.poll() is None, "beat exited"
     return posts
+
+
+# make run's processes ----------------------------------------------------------------------
+
+
+@dataclass
+class MakeRun:
+    """``make run``'s processes (:mod:`config.launcher`: its commands, environment and
+    supervisor, with beat's watchdog and the takeover sweeps) on a private Redis and the test
+    database, the supervisor checking them on a thread of its own; each process logs to
+    ``log_dir/<name>.log``."""
+
+    supervisor: Supervisor
+    port: int
+    log_dir: Path
+
+    def worker_names(self) -> list[str]:
+        return [name for name in self.supervisor.commands if name.startswith("worker-")]
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def process(self, name: str) -> subprocess.Popen[bytes]:
+        return self.supervisor.processes[name]
+
+    def request(
+        self, method: str, path: str, *, key: str | None = None, body: Json | None = None
+    ) -> tuple[int, Json]:
+        """One HTTP request: ``(status, JSON body)``."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            headers = {"Content-Type": "application/json"}
+            if key is not None:
+                headers["Authorization"] = f"Bearer {key}"
+            connection.request(method, path, body=None if body is None else json.dumps(body),
+                               headers=headers)  # fmt: skip
+            response = connection.getresponse()
+            return response.status, json.loads(response.read() or b"{}")
+        finally:
+            connection.close()
+
+    def wait_ready(self, *, since: Mapping[str, int] | None = None) -> None:
+        """Until ``/readyz`` is ``ok`` (beat's heartbeat included) and every worker and beat
+        logged that it runs; with ``since``, only the processes it names, after those
+        offsets of their logs (a restarted one)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        offsets = since or {name: 0 for name in self.supervisor.commands if name != "web"}
+        waiting = set(offsets)
+        while waiting or not self._ready():
+            for name in list(waiting):
+                if str(ready_mark(name)) in self.log(name)[offsets[name] :]:
+                    waiting.discard(name)
+            assert time.monotonic() < deadline, f"not ready: {sorted(waiting)}"
+            time.sleep(0.1)
+
+    def _ready(self) -> bool:
+        try:
+            status, body = self.request("GET", "/readyz")
+        except OSError:
+            return False
+        return status == 200 and body["status"] == "ok"
+
+    def log_sizes(self) -> dict[str, int]:
+        return {name: len(self.log(name)) for name in self.supervisor.commands}
+
+
+@contextlib.contextmanager
+def make_run(
+    directory: Path, var_dir: Path, redis_server: PrivateRedis, *, workers: int = WORKERS
+) -> Iterator[MakeRun]:
+    """The processes ``make run`` starts, with its defaults (``workers`` workers), logging to
+    ``directory``; ``var_dir`` holds beat's schedule and, when bytecode is not written beside
+    the sources, the processes' bytecode cache (a directory shared across tests saves each
+    a cold start)."""
+    port = _free_port()
+    environment = run_environment(
+        {"DATABASE_URL": current_database_url(), "REDIS_URL": redis_server.url,
+         "PLATFORM_VAR_DIR": str(var_dir)},
+        var_dir=var_dir,
+    )  # fmt: skip
+    supervisor = supervisor_for(
+        process_commands("127.0.0.1", port, workers=workers, var_dir=var_dir), environment,
+        log_dir=directory, redis_url=redis_server.url,
+    )  # fmt: skip
+    stop = threading.Event()
+    checks = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
+    supervisor.start_all()
+    checks.start()
+    try:
+        started = MakeRun(supervisor=supervisor, port=port, log_dir=directory)
+        started.wait_ready()
+        server_warm_up(port, timeout=START_TIMEOUT_S)
+        yield started
+    finally:
+        stop.set()
+        checks.join(timeout=10)
+        for process in supervisor.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGCONT)  # a stopped process holds SIGTERM
+        supervisor.stop()

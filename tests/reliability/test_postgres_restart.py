@@ -1,7 +1,9 @@
 """PostgreSQL restarts while flows run: the web server, the worker and beat carry on, a POST
 during the outage is a 503 with ``Retry-After`` (or a 202 when it committed), never a 500,
 a retry with the same ``Idempotency-Key`` makes no duplicate, and every message posted is
-answered once.
+answered once. While PostgreSQL is down, a read is a 503 within about the pool's
+``read_timeout`` (1 s), not its full ``timeout`` (10 s), and reads answer again once it is
+back.
 
 The platform runs on a PostgreSQL of the test's own (the embedded server ``make test``
 starts when ``DATABASE_URL`` is unset), migrated here, which the test stops and starts
@@ -43,8 +45,11 @@ BUNDLE = chat_bundle([{"respond": {"text": "ok: {last_user_message}", "delay_ms"
 SEED = """
 import django; django.setup()
 from tests.factories import make_api_key, make_tenant
-print(make_api_key(make_tenant("restart")).secret)
+print(make_api_key(make_tenant("{slug}")).secret)
 """
+OUTAGE_READS = 5
+READ_503_WITHIN_S = 2.0
+RECOVERY_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -121,7 +126,7 @@ def _get(platform: Platform, api_key: str, path: str) -> Any:
 def test_postgres_restarts_lose_nothing_and_answer_no_500(
     postgres: PrivatePostgres, platform: Platform
 ) -> None:
-    api_key = _manage([], postgres.url, code=SEED)
+    api_key = _manage([], postgres.url, code=SEED.format(slug="restart"))
     status, _, body = platform.request("POST", "/api/v1/bundles", key=api_key, body=BUNDLE)
     assert status == 200, body
     threads = []
@@ -154,6 +159,49 @@ def test_postgres_restarts_lose_nothing_and_answer_no_500(
         assert users == mine, "each message once"
         answered = {m["content"].removeprefix("ok: ") for m in said if m["role"] == "assistant"}
         assert set(mine) <= answered
+        incidents = _get(platform, api_key, f"/api/v1/threads/{thread_id}")["incidents"]
+        assert {incident["incident"] for incident in incidents} <= {"outage"}, incidents
     log = platform.worker.log()
     assert "Unrecoverable error" not in log
     assert "drive cut short by an outage" in log, "no flow met the outage"
+    assert "taking over a turn whose worker stopped" not in log  # nobody died
+
+
+def _timed_request(
+    platform: Platform, api_key: str, method: str, path: str, payload: Any = None
+) -> tuple[int, float]:
+    """``(status, seconds)``; a 503 must carry ``Retry-After`` and the error shape."""
+    started = time.monotonic()
+    status, headers, body = platform.request(method, path, key=api_key, body=payload)
+    elapsed = time.monotonic() - started
+    assert status in (200, 503), (status, body)
+    if status == 503:
+        assert headers["retry-after"] == "5", headers
+        assert body["error"]["code"] == "unavailable", body
+    return status, elapsed
+
+
+def test_reads_during_an_outage_answer_503_fast_and_recover(
+    postgres: PrivatePostgres, platform: Platform
+) -> None:
+    api_key = _manage([], postgres.url, code=SEED.format(slug="reads"))
+    assert _timed_request(platform, api_key, "GET", "/api/v1/threads")[0] == 200
+
+    postgres.server.stop()
+    try:
+        reads = [
+            _timed_request(platform, api_key, "GET", "/api/v1/threads") for _ in range(OUTAGE_READS)
+        ]
+        write = _timed_request(platform, api_key, "POST", "/api/v1/threads", {"agent": "chat"})
+    finally:
+        postgres.server.start(postgres.port)
+    recovered_at = time.monotonic()
+    while _timed_request(platform, api_key, "GET", "/api/v1/threads")[0] != 200:
+        assert time.monotonic() - recovered_at < RECOVERY_TIMEOUT_S, "reads never recovered"
+        time.sleep(0.2)
+
+    print(f"reads during the outage (status, s): {reads}; a write: {write}; reads answered "
+          f"{time.monotonic() - recovered_at:.1f} s after PostgreSQL was back")  # fmt: skip
+    assert [status for status, _ in reads] == [503] * OUTAGE_READS
+    assert max(elapsed for _, elapsed in reads) < READ_503_WITHIN_S, reads
+    assert write[0] == 503

@@ -12,6 +12,13 @@ type and shape; never an HTML page; for a 4xx, JSON with the error shape
 ``{"error": {"code", "message", ...}}``. Credentials are enforced: each operation is also
 tried without its key and with a made-up one (a 401).
 
+A second run leaves each operation's last path parameter to generation (ids that match
+their pattern but name nothing, and, in the coverage phase, values that break it), the
+ones before it naming real objects: a malformed id must match no route (a JSON 404),
+never reach a view. Both runs also cover the two views the schema
+leaves out, ``/api/schema/`` and ``/api/docs/``: their page answers a ``GET``; every other
+method is a JSON 405.
+
 The run is bounded and reproducible: ``MAX_EXAMPLES`` per operation and phase, a fixed
 seed, derandomized generation, no example database.
 """
@@ -19,6 +26,7 @@ seed, derandomized generation, no example database.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -60,6 +68,7 @@ from threads.services.webhooks import endpoint_save
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
 MAX_EXAMPLES = 10
+MAX_EXAMPLES_GENERATED_IDS = 5
 SEED = 20_251_118
 REQUEST_TIMEOUT_S = 30
 # OPTIONS answers on every route by design (docs/api.md); any other undocumented method
@@ -68,6 +77,33 @@ UNEXPECTED_METHODS = ["get", "put", "post", "delete", "patch", "trace"]
 JSON_TYPES = ("application/json", "application/problem+json")
 
 schema = schemathesis.pytest.from_fixture("api_schema")
+schema_generated_ids = schemathesis.pytest.from_fixture("api_schema_generated_ids")
+
+# The views the schema leaves out, described here so the runs cover them: a GET answers
+# the view's own page (YAML or JSON, Swagger UI's HTML); every other method must be a 405.
+UNLISTED: dict[str, Any] = {
+    "/api/schema/": {
+        "get": {
+            "operationId": "schema_document",
+            "security": [],
+            "responses": {
+                "200": {"content": {
+                    media: {"schema": {}}
+                    for media in ("application/vnd.oai.openapi", "application/yaml",
+                                  "application/vnd.oai.openapi+json", "application/json")
+                }},
+                "406": {"content": {"application/json": {"schema": {}}}},
+            },
+        }
+    },
+    "/api/docs/": {
+        "get": {
+            "operationId": "docs_page",
+            "security": [],
+            "responses": {"200": {"content": {"text/html": {"schema": {"type": "string"}}}}},
+        }
+    },
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -221,15 +257,27 @@ def _operations(document: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
 
 
 def _config(
-    base_url: str, document: Mapping[str, Any], keys: dict[str, str]
+    base_url: str, document: Mapping[str, Any], keys: dict[str, str], *, real_ids: bool
 ) -> schemathesis.Config:
-    """The run's configuration; ``keys`` gets each operation's API key, by label."""
+    """The run's configuration; ``keys`` gets each operation's API key, by label. With
+    ``real_ids``, path parameters name real objects; without, the last one is generated
+    and those before it name real objects, so that a made-up id reaches the view that
+    looks it up (one tenant serves every operation: what a made-up id names does not
+    exist)."""
     operations = []
     reader = _world()  # reads change nothing: they share one tenant
     for label, operation_id, path in _operations(document):
-        world = reader if label.startswith("GET ") else _world()
+        world = reader if label.startswith("GET ") or not real_ids else _world()
         keys[label] = world.key
-        parameters = _path_values(path, world) | BODY_VALUES.get(label, {})
+        parameters = _path_values(path, world)
+        if not real_ids:
+            generated = re.findall(r"\{(\w+)\}", path)[-1:]
+            parameters = {
+                name: value
+                for name, value in parameters.items()
+                if name.removeprefix("path.") not in generated
+            }
+        parameters |= BODY_VALUES.get(label, {})
         operations.append({"include-operation-id": operation_id, "parameters": parameters})
     return schemathesis.Config.from_dict(
         {
@@ -237,7 +285,7 @@ def _config(
             "base-url": base_url,
             "request-timeout": REQUEST_TIMEOUT_S,
             "generation": {
-                "max-examples": MAX_EXAMPLES,
+                "max-examples": MAX_EXAMPLES if real_ids else MAX_EXAMPLES_GENERATED_IDS,
                 "deterministic": True,
                 "database": "none",
             },
@@ -279,6 +327,20 @@ def answered() -> Iterator[dict[str, set[int]]]:
 def api_schema(
     transactional_db: None, settings: Settings, keys: dict[str, str]
 ) -> Iterator[BaseSchema]:
+    yield from _served_schema(settings, keys, real_ids=True)
+
+
+@pytest.fixture
+def api_schema_generated_ids(
+    transactional_db: None, settings: Settings, keys: dict[str, str]
+) -> Iterator[BaseSchema]:
+    yield from _served_schema(settings, keys, real_ids=False)
+
+
+def _served_schema(
+    settings: Settings, keys: dict[str, str], *, real_ids: bool
+) -> Iterator[BaseSchema]:
+    """The schema of a running server, with the views it leaves out (:data:`UNLISTED`)."""
     queue = private_queue()
     server_environment = {
         "DATABASE_URL": current_database_url(),
@@ -294,7 +356,8 @@ def api_schema(
             server_warm_up(port, timeout=30)
             base_url = f"http://127.0.0.1:{port}"
             document = _schema_document(base_url)
-            config = _config(base_url, document, keys)
+            config = _config(base_url, document, keys, real_ids=real_ids)
+            document["paths"] |= UNLISTED
             yield schemathesis.openapi.from_dict(document, config=config)
     finally:
         queue_delete(queue)
@@ -327,7 +390,10 @@ def errors_have_the_error_shape(ctx: CheckContext, response: Response, case: Cas
 
 @schemathesis.check
 def never_html(ctx: CheckContext, response: Response, case: Case[Any]) -> None:
-    """No answer under /api/ is an HTML page (a debug page, a CSRF page, a login form)."""
+    """No answer under /api/ is an HTML page (a debug page, a CSRF page, a login form),
+    but for the docs page itself."""
+    if case.operation.path == "/api/docs/" and response.status_code == 200:
+        return
     media_type = _media_type(response)
     assert media_type != "text/html", f"a {response.status_code} answered an HTML page"
     assert not response.content.lstrip()[:15].lower().startswith((b"<!doctype", b"<html"))
@@ -348,11 +414,24 @@ FRAMING_HEADERS = {"content-length", "transfer-encoding"}
 def test_every_operation_answers_documented_json_and_no_5xx(
     case: Case[Any], keys: dict[str, str], answered: dict[str, set[int]]
 ) -> None:
+    answered[case.operation.label].add(_call(case, keys))
+
+
+@schema_generated_ids.parametrize()
+def test_every_operation_with_generated_ids_answers_documented_json_and_no_5xx(
+    case: Case[Any], keys: dict[str, str]
+) -> None:
+    _call(case, keys)
+
+
+def _call(case: Case[Any], keys: dict[str, str]) -> int:
+    """Send ``case`` with its operation's key, check the answer, return its status."""
     # Passed explicitly, so ``ignored_auth`` knows them for real: it repeats the request
     # without them and with made-up ones, and expects a 401.
-    headers = {"Authorization": f"Bearer {keys[case.operation.label]}"}
+    key = keys.get(case.operation.label)
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
     for name in [name for name in case.headers or {} if name.lower() in FRAMING_HEADERS]:
         del case.headers[name]
     response = case.call(headers=headers)
-    answered[case.operation.label].add(response.status_code)
     case.validate_response(response, headers=headers)
+    return response.status_code

@@ -211,3 +211,16 @@ def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_a_kept_lease_outlives_its_ttl_and_lapses_within_it_once_its_holder_is_gone() -> None:
+    tenant = _tenant()
+    lease = lease_acquire(tenant_id=tenant, name="jobs", limit=1, ttl_ms=300)
+
+    with lease.kept(ttl_ms=300):
+        time.sleep(1.0)  # its holder works past the ttl
+        assert lease_count(tenant_id=tenant, name="jobs") == 1
+    # The holder died without releasing it: no more renewals.
+    time.sleep(0.4)
+
+    assert lease_count(tenant_id=tenant, name="jobs") == 0

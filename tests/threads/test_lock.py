@@ -23,9 +23,11 @@ from threads.services.lock import (
     CONTROL_TTL_MS,
     LOCK_TTL_MS,
     RENEW_EVERY_MS,
+    FlowsLimitReached,
     ThreadLock,
     control_key,
     control_send,
+    flows_running,
     lock_acquire,
     lock_is_held,
     lock_key,
@@ -592,3 +594,50 @@ def test_a_forked_child_runs_its_own_heartbeat(ids: ThreadIds) -> None:
 
     assert os.waitstatus_to_exitcode(status) == 0
     redis_client().delete(lock_key(**child_ids), control_key(**child_ids))
+
+
+# A tenant's flows: counted locks --------------------------------------------------------------
+
+
+def test_counted_locks_are_limited_per_tenant_and_the_refused_wait_in_order() -> None:
+    tenant, other = uuid.uuid4(), uuid.uuid4()
+    held = [lock_acquire(tenant_id=tenant, thread_id=uuid.uuid4(), tenant_flows=2) for _ in "ab"]
+    refused = [uuid.uuid4(), uuid.uuid4()]
+
+    for thread_id in [*refused, refused[0]]:  # refused again: it keeps its place
+        with pytest.raises(FlowsLimitReached):
+            lock_acquire(tenant_id=tenant, thread_id=thread_id, tenant_flows=2)
+    uncounted = lock_acquire(tenant_id=tenant, thread_id=uuid.uuid4())  # a subagent's child
+    elsewhere = lock_acquire(tenant_id=other, thread_id=uuid.uuid4(), tenant_flows=2)
+
+    assert uncounted is not None
+    assert elsewhere is not None
+    assert (flows_running(tenant_id=tenant), flows_running(tenant_id=other)) == (2, 1)
+    first, second = (cast(ThreadLock, lock) for lock in held)
+    assert first.release()
+    assert first.next_waiting == str(refused[0])
+    assert second.release()
+    assert second.next_waiting == str(refused[1])
+    assert flows_running(tenant_id=tenant) == 0
+    woken = lock_acquire(tenant_id=tenant, thread_id=refused[0], tenant_flows=2)
+    assert woken is not None
+    assert woken.release()
+    assert woken.next_waiting is None
+
+
+def test_a_counted_lock_keeps_its_slot_while_its_heartbeat_beats_and_frees_it_when_it_dies(
+    ids: ThreadIds,
+) -> None:
+    lock = lock_acquire(**ids, ttl_ms=SHORT_TTL_MS, tenant_flows=1)
+    assert lock is not None
+
+    with Heartbeat(lock, **ids, on_signal=lambda _signal: None):
+        time.sleep(SHORT_TTL_MS * 3 / 1000)
+        assert flows_running(tenant_id=ids["tenant_id"]) == 1
+        with pytest.raises(FlowsLimitReached):
+            lock_acquire(tenant_id=ids["tenant_id"], thread_id=uuid.uuid4(), tenant_flows=1)
+    # Its holder died: no more renewals, no release.
+    time.sleep(SHORT_TTL_MS * 1.5 / 1000)
+
+    assert flows_running(tenant_id=ids["tenant_id"]) == 0
+    assert lock_acquire(tenant_id=ids["tenant_id"], thread_id=uuid.uuid4(), tenant_flows=1)

@@ -107,7 +107,6 @@ class ScheduleViewSet(TenantScopedViewSet):
     """The tenant's recurring schedules; members write them."""
 
     queryset = Schedule.objects.all()
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         thread_id = self.request.query_params.get("thread_id")

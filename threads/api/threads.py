@@ -154,7 +154,10 @@ class IncidentSerializer(serializers.Serializer[Any]):
     """Something that went wrong around the thread's work and was recovered from."""
 
     at = microseconds("when it happened")
-    incident = serializers.CharField(help_text="what happened: `takeover`")
+    incident = serializers.CharField(
+        help_text="what happened: `takeover` (a worker died) or `outage` (an outage cut the "
+        "turn short)"
+    )
     turn_id = serializers.UUIDField(required=False)
     fence = serializers.IntegerField(required=False)
     detail = serializers.CharField(required=False)
@@ -212,7 +215,6 @@ class ThreadViewSet(TenantScopedViewSet):
     """Threads of the caller's tenant."""
 
     queryset = Thread.objects.all()
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     @extend_schema(
         summary="List threads", description=LIST_DESCRIPTION, parameters=[ThreadListQuery],

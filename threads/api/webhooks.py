@@ -12,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.converters import group
 from common.errors import ValidationFailed
 from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS
@@ -114,7 +115,6 @@ class WebhookViewSet(TenantScopedViewSet):
     queryset = WebhookEndpoint.objects.all()
     read_role = Role.ADMIN
     write_role = Role.ADMIN
-    lookup_value_regex = "[0-9a-fA-F-]{36}"
 
     @extend_schema(
         operation_id="webhooks_list", summary="List the tenant's webhook endpoints",
@@ -201,7 +201,7 @@ class WebhookViewSet(TenantScopedViewSet):
     )  # fmt: skip
     @action(
         detail=True, methods=["post"],
-        url_path="deliveries/(?P<delivery_id>[0-9a-fA-F-]{36})/redeliver",
+        url_path=f"deliveries/{group('delivery_id')}/redeliver",
     )  # fmt: skip
     def redeliver(self, request: Request, pk: str, delivery_id: str) -> Response:
         row = delivery_redeliver(endpoint=self.get_object(), delivery_id=delivery_id)

@@ -202,7 +202,7 @@ def code_mode_run(
     flow = runner.flow
     abort = flow.execution.abort_signal
     budget_s = settings.CODE_TOOL_TIMEOUT_S
-    with sandbox_turn(tenant_id=flow.thread.tenant_id, abort=abort, budget_s=budget_s) as wait_s:
+    with sandbox_turn(tenant_id=flow.thread.tenant_id, abort=abort) as wait_s:
         execution = code_run(str(arguments["source"]), options, abort=abort)
         execution.add_done_callback(lambda _result: requests.put(_DONE))
         code_started(execution, wait_s=wait_s)

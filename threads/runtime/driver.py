@@ -1,10 +1,11 @@
 """``drive_thread``: the holder of a thread's lock runs its flows until the inbox is empty.
 
-0. Take one of the tenant's flow slots in this worker (``FLOWS_PER_TENANT``), so one
-   tenant never holds every slot; when all are in use, return: its turns stay queued, and
-   the thread is woken again when one of the tenant's flows here ends (or by the sweeper).
 1. Take the per-thread Redis lock (never wait: the holder drains the inbox anyway) and
-   the next fence; a heartbeat renews the lock and relays stop/terminate signals.
+   the next fence; a heartbeat renews the lock and relays stop/terminate signals. The lock
+   counts as one of the tenant's ``FLOWS_PER_TENANT`` flows across every worker, so one
+   tenant never holds every slot: when all are in use, return; its turns stay queued, and
+   the thread is woken, in the order it was refused, when one of the tenant's flows ends
+   (or by the sweeper).
 2. If the previous holder died mid-flow, close its open calls and resume its side.
 3. Run the waiting turns, one flow each, while the thread is neither stopped nor terminated
    (a turn its dead worker left running is resumed first, or ended when a stop, cancel or
@@ -23,8 +24,6 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +32,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from agents.providers.base import AbortSignal
+from common.db_backend.pool import busy_pool_waited_out
 from common.outages import OUTAGE_ERRORS
 from common.time import now_us
 from threads.models import (
@@ -56,7 +56,14 @@ from threads.services.control import (
 )
 from threads.services.fence import StaleFence, fence_retire, fence_take, thread_refresh
 from threads.services.heartbeat import Heartbeat
-from threads.services.lock import ThreadLock, lock_acquire, lock_is_held
+from threads.services.lock import (
+    FlowsLimitReached,
+    ThreadLock,
+    lock_acquire,
+    lock_is_held,
+    outage_note,
+    outage_noted,
+)
 from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import thread_rest, turn_fail_crashed, turn_resume
@@ -65,13 +72,10 @@ from threads.services.subagents import awaits_release, session_end
 logger = logging.getLogger(__name__)
 
 INTERRUPTED = "Interrupted: the worker running this flow stopped before the tool call finished"
+INTERRUPTED_BY_OUTAGE = "Interrupted: an outage cut the flow short before the tool call finished"
 SWEEP_BATCH = 1000
-# Flows running per tenant in this process (tenant_slot).
-_slots: Counter[str] = Counter()
-# Threads refused a slot, per tenant, in the order they were refused (an ordered set).
-_refused: defaultdict[str, OrderedDict[str, None]] = defaultdict(OrderedDict)
-_slots_guard = threading.Lock()
-MAX_OUTAGE_BACKOFF_S = 30
+# At most this long between retries, so work resumes within seconds of the service's return.
+MAX_OUTAGE_BACKOFF_S = 4
 
 
 @dataclass
@@ -80,7 +84,7 @@ class DriveResult:
     fence: int | None = None
     reasons: list[StopReason] = field(default_factory=list)
     stale: bool = False
-    deferred: bool = False  # the tenant's flow slots in this worker were all in use
+    deferred: bool = False  # the tenant's flow slots were all in use
     outage: bool = False  # an outage paused the flow; its turn waits to be resumed
 
 
@@ -102,40 +106,7 @@ def thread_drive(
         tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
         if tenant_id is None:
             return DriveResult(acquired=False)
-    if parent_abort is not None:  # a blocking subagent call: it runs in its parent's slot
-        return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
-    with tenant_slot(tenant_id, thread_id) as granted:
-        if not granted:
-            return DriveResult(acquired=False, deferred=True)
-        return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
-
-
-@contextlib.contextmanager
-def tenant_slot(tenant_id: Any, thread_id: Any = None) -> Iterator[bool]:
-    """One of the tenant's ``FLOWS_PER_TENANT`` flow slots in this process for the block.
-    Yields False (and takes nothing) when they are all in use; ``thread_id`` is then woken,
-    in turn with the tenant's other refused threads, as soon as one of its slots is free."""
-    key = str(tenant_id)
-    with _slots_guard:
-        granted = _slots[key] < settings.FLOWS_PER_TENANT
-        if granted:
-            _slots[key] += 1
-        elif thread_id is not None and str(thread_id) not in _refused[key]:
-            _refused[key][str(thread_id)] = None
-    try:
-        yield granted
-    finally:
-        if granted:
-            with _slots_guard:
-                _slots[key] -= 1
-                if not _slots[key]:
-                    del _slots[key]
-                waiting = _refused.get(key)
-                woken = waiting.popitem(last=False)[0] if waiting else None
-                if waiting is not None and not waiting:
-                    del _refused[key]
-            if woken is not None:
-                wakeups.wake_thread(woken, tenant_id)
+    return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
 
 
 def _drive(
@@ -145,8 +116,14 @@ def _drive(
     parent_abort: AbortSignal | None,
     attempt: int,
 ) -> DriveResult:
+    # A blocking subagent call's child runs in its parent's flow slot.
+    counted = settings.FLOWS_PER_TENANT if parent_abort is None else None
     try:
-        lock = lock_acquire(tenant_id=tenant_id, thread_id=thread_id, note_if_held=True)
+        lock = lock_acquire(
+            tenant_id=tenant_id, thread_id=thread_id, note_if_held=True, tenant_flows=counted
+        )
+    except FlowsLimitReached:
+        return DriveResult(acquired=False, deferred=True)
     except OUTAGE_ERRORS as error:
         logger.warning("thread %s: the lock store is unreachable (%s)", thread_id, error)
         _retry(thread_id, tenant_id, attempt)
@@ -170,7 +147,8 @@ def _drive(
             on_lost=lambda: _lock_lost(thread, fence, abort),
         ):
             runtime = runtime or Runtime(release_connection=True)
-            _run_flows(thread, fence, runtime, abort, result, next_turn_id=next_turn_id)
+            with busy_pool_waited_out():  # out of connections is not an outage
+                _run_flows(thread, fence, runtime, abort, result, next_turn_id=next_turn_id)
     except StaleFence as error:
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
@@ -180,6 +158,8 @@ def _drive(
         logger.warning("thread %s: drive cut short by an outage: %s", thread_id, error)
         connection.close()  # the next statement opens a fresh connection
         result.outage = True
+        with contextlib.suppress(*OUTAGE_ERRORS):  # Redis down too: the next drive sees a crash
+            outage_note(tenant_id=tenant_id, thread_id=thread_id)
     finally:
         if unlink is not None:
             unlink()
@@ -188,6 +168,8 @@ def _drive(
         _retry(thread_id, tenant_id, attempt)
     elif lock.woken:
         wakeups.wake_thread(thread_id, tenant_id)
+    if lock.next_waiting is not None:  # a thread of the tenant refused a slot: its turn now
+        wakeups.wake_thread(lock.next_waiting, tenant_id)
     return result
 
 
@@ -333,16 +315,24 @@ def _next_turn(thread: Thread) -> Turn | None:
 
 
 def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
-    """After a worker died mid-turn (its turn still says running): close its open calls
-    and return the side to resume, or None when its step had ended."""
-    logger.warning("thread %s: taking over a turn whose worker stopped", thread.pk)
+    """After a worker died mid-turn, or an outage cut its drive short (its turn still says
+    running): close its open calls and return the side to resume, or None when its step had
+    ended. The thread's incident says which of the two it was (:func:`outage_noted`)."""
+    if outage_noted(tenant_id=thread.tenant_id, thread_id=thread.pk):
+        logger.info("thread %s: resuming a turn an outage cut short", thread.pk)
+        incident = ("outage", "an outage of PostgreSQL or Redis cut this turn short; it resumed")
+        reason = INTERRUPTED_BY_OUTAGE
+    else:
+        logger.warning("thread %s: taking over a turn whose worker stopped", thread.pk)
+        incident = ("takeover", "the worker running this turn stopped; another took it over")
+        reason = INTERRUPTED
     with transaction.atomic():
-        close_unanswered_calls(thread=thread, fence=fence, reason=INTERRUPTED)
+        close_unanswered_calls(thread=thread, fence=fence, reason=reason)
         closing = awaits_release(parent=thread)  # its blocking subagent calls were closed too
         log_create(
             thread=thread, kind="incident", fence=fence,
-            data={"incident": "takeover", "turn_id": str(turn.pk), "fence": fence,
-                  "detail": "the worker running this turn stopped; another took it over"},
+            data={"incident": incident[0], "turn_id": str(turn.pk), "fence": fence,
+                  "detail": incident[1]},
         )  # fmt: skip
     for child in closing:
         child_close(child=child)

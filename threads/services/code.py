@@ -44,9 +44,9 @@ from threads.services.leases import lease_wait
 
 # The name of the tenant leases that count flows' sandbox calls (threads.services.leases).
 SANDBOX_LEASE: Final = "sandbox"
-# A lease outlives its call's longest possible life by this much, for starting and settling;
-# only a crashed process's lease ever reaches its expiry.
-LEASE_MARGIN_S: Final = 3.0
+# A flow's sandbox lease is renewed while its call runs and lapses this long after its process
+# died (so a crashed worker holds its tenant's turn for seconds, not for a whole budget).
+SANDBOX_LEASE_TTL_MS: Final = 5_000
 
 
 def code_pool() -> RunnerPool:
@@ -87,21 +87,19 @@ class SandboxBusy(DomainError):
 
 
 @contextlib.contextmanager
-def sandbox_turn(
-    *, tenant_id: UUID | str, abort: FlowAbortSignal | None, budget_s: float
-) -> Iterator[float]:
+def sandbox_turn(*, tenant_id: UUID | str, abort: FlowAbortSignal | None) -> Iterator[float]:
     """One of the tenant's ``SANDBOX_TENANT_CONCURRENCY`` sandbox calls of flows, across every
     worker process, for the block: a code tool's or a ``code`` program's. The call waits its
     turn behind the tenant's earlier ones, in order, holding nothing (no runner, no database
-    connection), up to ``SANDBOX_WAIT_S``; yields the part of that wait left for a free runner
+    connection), up to ``SANDBOX_WAIT_S``; its turn is renewed while the call runs and lapses
+    within seconds if its process dies. Yields the part of that wait left for a free runner
     (:func:`code_started`). Raises :class:`SandboxBusy` naming the limit when its turn did not
     come in time, or the flow was stopped while it waited."""
     limit, wait_s = settings.SANDBOX_TENANT_CONCURRENCY, settings.SANDBOX_WAIT_S
     started = time.monotonic()
     lease = lease_wait(
-        tenant_id=tenant_id, name=SANDBOX_LEASE, limit=limit,
-        ttl_ms=int((wait_s + budget_s + LEASE_MARGIN_S) * 1000), timeout_s=wait_s,
-        until=abort if abort is not None else threading.Event(),
+        tenant_id=tenant_id, name=SANDBOX_LEASE, limit=limit, ttl_ms=SANDBOX_LEASE_TTL_MS,
+        timeout_s=wait_s, until=abort if abort is not None else threading.Event(),
     )  # fmt: skip
     if lease is None:
         if abort is not None and abort.is_set:
@@ -113,7 +111,8 @@ def sandbox_turn(
             f"{wait_s:g} s (SANDBOX_WAIT_S) for its turn"
         )
     try:
-        yield max(0.0, wait_s - (time.monotonic() - started))
+        with lease.kept(ttl_ms=SANDBOX_LEASE_TTL_MS):
+            yield max(0.0, wait_s - (time.monotonic() - started))
     finally:
         lease.release()
 
@@ -181,7 +180,7 @@ def code_tool_run(
         "execute": {"fn": "default", "args": [dict(arguments), context]},
     }
     budget = settings.CODE_TOOL_TIMEOUT_S if budget_s is None else budget_s
-    with sandbox_turn(tenant_id=tenant_id, abort=abort, budget_s=budget) as runner_wait_s:
+    with sandbox_turn(tenant_id=tenant_id, abort=abort) as runner_wait_s:
         execution = code_run(tool.source, options, abort=abort)
         code_started(execution, wait_s=runner_wait_s)
         result = code_settle(execution, budget_s=budget)

@@ -27,7 +27,13 @@ from typing import Any, Final
 import redis
 
 from common.redis_client import redis_client
-from threads.services.lock import DOORBELL_CHANNEL, Id, ThreadLock, control_key
+from threads.services.lock import (
+    DOORBELL_CHANNEL,
+    RENEW_FLOW_LUA,
+    Id,
+    ThreadLock,
+    control_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +45,21 @@ _LISTEN_S: Final = 1.0
 # Pause before subscribing to doorbells again after a failure.
 _RESUBSCRIBE_S: Final = 1.0
 
-# One beat of a heartbeat: renew as the lock's _RENEW_LUA does, then take the control signals
-# waiting for the holder (KEYS[2]), oldest first. Returns nil, leaving the signals alone, when
+# One beat of a heartbeat: renew as the lock's _RENEW_LUA does (the wake note, KEYS[3], and the
+# tenant's flow entry of a counted lock, KEYS[4]), then take the control signals waiting for
+# the holder (KEYS[2]), oldest first. Returns nil, leaving the signals alone, when
 # the lock is not ours.
-_BEAT_LUA: Final = """
+_BEAT_LUA: Final = (
+    RENEW_FLOW_LUA
+    + """
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then
     return false
 end
 if KEYS[3] then
     redis.call("PEXPIRE", KEYS[3], ARGV[2])
+end
+if KEYS[4] then
+    renew_flow(KEYS[4], ARGV[1], ARGV[2])
 end
 redis.call("PEXPIRE", KEYS[1], ARGV[2])
 local signals = redis.call("LRANGE", KEYS[2], 0, -1)
@@ -56,6 +68,7 @@ if #signals > 0 then
 end
 return signals
 """
+)
 _BEAT_SHA: Final = hashlib.sha1(_BEAT_LUA.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -136,6 +149,9 @@ class Heartbeat:
         keys = [lock.key, self._control_key]
         if lock.wake_key is not None:
             keys.append(lock.wake_key)
+        if lock.flows_key is not None:
+            assert lock.wake_key is not None  # a counted lock always has a wake note
+            keys.append(lock.flows_key)
         return [len(keys), *keys, lock.token, str(lock.ttl_ms)]
 
     def _settle(self, answer: object, sent_at: float) -> None:

@@ -27,10 +27,13 @@ Thread-safe; a call fails within the client's socket timeout when Redis does not
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import secrets
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Protocol, cast
 from uuid import UUID
@@ -105,6 +108,18 @@ redis.call("PEXPIRE", KEYS[4], queue_ttl)
 return {0, ahead}
 """
 
+# Extend a held lease (ARGV[1]) to ARGV[2] ms from now; 0 when it is no longer held.
+_RENEW_LUA: Final = """
+local clock = redis.call("TIME")
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
+    return 0
+end
+redis.call("ZADD", KEYS[1], "XX", now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+redis.call("PEXPIREAT", KEYS[1], last[2])
+return 1
+"""
 # A waiter asks again after this long times one plus the number of waiters ahead of it (the
 # first asks often, the last rarely), at most _MAX_ASK_EVERY_S; a waiter that has not asked for
 # _QUEUE_TTL_MS is taken for gone.
@@ -135,6 +150,28 @@ class Lease:
 
     key: str
     token: str
+
+    @contextlib.contextmanager
+    def kept(self, *, ttl_ms: int) -> Iterator[Lease]:
+        """Renew the lease to ``ttl_ms`` from now every third of it while the block runs (on
+        a thread of its own), so that its holder may work for as long as it needs while a
+        lease whose process died lapses within ``ttl_ms``. A renewal Redis cannot answer is
+        logged and tried again at the next tick."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl_ms / 3000):
+                try:
+                    redis_client().eval(_RENEW_LUA, 1, self.key, self.token, str(ttl_ms))
+                except redis.RedisError:
+                    logger.warning("could not renew lease %s", self.key, exc_info=True)
+
+        renewer = threading.Thread(target=renew, name=f"lease:{self.key}", daemon=True)
+        renewer.start()
+        try:
+            yield self
+        finally:
+            stop.set()
 
     def release(self) -> bool:
         """Give the slot back; True when it was still held (False: it had expired, or was

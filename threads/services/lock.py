@@ -53,42 +53,107 @@ CONTROL_SIGNALS: Final = frozenset({"stop", "terminate", "cancel"})
 # process on another database names a key nobody here holds, and wakes nothing.
 DOORBELL_CHANNEL: Final = "platform:thread-control"
 
-# Renewal also keeps the holder's wake note (see lock_acquire) alive as long as the lock.
-_RENEW_LUA: Final = """
+# A counted lock's entry in its tenant's flows (KEYS[n], a sorted set of lock tokens scored
+# with their expiry, read from Redis's clock) lives as long as the lock: renewals extend both.
+RENEW_FLOW_LUA: Final = """
+local function renew_flow(key, token, ttl)
+    local clock = redis.call("TIME")
+    local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    redis.call("ZADD", key, "XX", now + tonumber(ttl), token)
+    redis.call("PEXPIRE", key, ttl)
+end
+"""
+
+# Renewal also keeps the holder's wake note (see lock_acquire) and its tenant's flow entry
+# alive as long as the lock.
+_RENEW_LUA: Final = (
+    RENEW_FLOW_LUA
+    + """
 if redis.call("GET", KEYS[1]) == ARGV[1] then
     if KEYS[2] then
         redis.call("PEXPIRE", KEYS[2], ARGV[2])
+    end
+    if KEYS[3] then
+        renew_flow(KEYS[3], ARGV[1], ARGV[2])
     end
     return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
 return 0
 """
+)
 
 # Take the lock if free and drop the control signals nobody popped (a previous holder's);
 # else, when asked, leave the holder a wake note. One script, so a note is never left just
-# after the holder released (it would then go unread).
+# after the holder released (it would then go unread). A counted lock (KEYS[4], the tenant's
+# flows) is refused with -1 while the tenant holds ARGV[4] counted locks: the thread (ARGV[5])
+# then joins the tenant's waiting threads (KEYS[5], scored by a ticket from KEYS[6] when it
+# was first refused).
 _ACQUIRE_LUA: Final = """
-if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
-    redis.call("DEL", KEYS[2])
-    return 1
+if redis.call("EXISTS", KEYS[1]) == 1 then
+    if ARGV[3] == "1" then
+        redis.call("SET", KEYS[3], "1", "PX", ARGV[2])
+    end
+    return 0
 end
-if ARGV[3] == "1" then
-    redis.call("SET", KEYS[3], "1", "PX", ARGV[2])
+if KEYS[4] then
+    local clock = redis.call("TIME")
+    local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    redis.call("ZREMRANGEBYSCORE", KEYS[4], "-inf", now)
+    if redis.call("ZCARD", KEYS[4]) >= tonumber(ARGV[4]) then
+        if not redis.call("ZSCORE", KEYS[5], ARGV[5]) then
+            redis.call("ZADD", KEYS[5], redis.call("INCR", KEYS[6]), ARGV[5])
+        end
+        redis.call("PEXPIRE", KEYS[5], ARGV[6])
+        redis.call("PEXPIRE", KEYS[6], ARGV[6])
+        return -1
+    end
+    redis.call("ZADD", KEYS[4], now + tonumber(ARGV[2]), ARGV[1])
+    redis.call("PEXPIRE", KEYS[4], ARGV[2])
+    redis.call("ZREM", KEYS[5], ARGV[5])
 end
-return 0
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+redis.call("DEL", KEYS[2])
+return 1
 """
 
-# Returns 2 when a wake note was waiting (and takes it), 1 when released, 0 when not ours.
+# Returns {2} when a wake note was waiting (and takes it), {1} when released, {0} when not
+# ours; for a counted lock, its flow entry goes in any case, and the second item is the
+# tenant's longest-waiting thread (taken from the queue), to be woken now that a slot is free.
 _RELEASE_LUA: Final = """
+local released = 0
 if redis.call("GET", KEYS[1]) == ARGV[1] then
     redis.call("DEL", KEYS[1])
+    released = 1
     if KEYS[2] and redis.call("DEL", KEYS[2]) == 1 then
-        return 2
+        released = 2
     end
-    return 1
 end
-return 0
+if KEYS[3] then
+    redis.call("ZREM", KEYS[3], ARGV[1])
+    local head = redis.call("ZPOPMIN", KEYS[4])
+    if head[1] then
+        return {released, head[1]}
+    end
+end
+return {released}
 """
+_FLOWS_RUNNING_LUA: Final = """
+local clock = redis.call("TIME")
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+return redis.call("ZCARD", KEYS[1])
+"""
+# A thread refused a flow slot stays queued this long at most (the sweeper wakes it anyway).
+WAITING_TTL_MS: Final = 600_000
+
+
+class FlowsLimitReached(Exception):
+    """The tenant's threads hold ``limit`` counted locks (their flows); the refused thread
+    waits in the tenant's queue, to be woken when one of them is released."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the tenant runs {limit} flows already")
+        self.limit = limit
 
 
 def lock_key(*, tenant_id: Id, thread_id: Id) -> str:
@@ -101,6 +166,23 @@ def control_key(*, tenant_id: Id, thread_id: Id) -> str:
 
 def wake_key(*, tenant_id: Id, thread_id: Id) -> str:
     return f"{tenant_id}:thread:{thread_id}:wake"
+
+
+# How long a note that an outage cut a thread's drive short waits for the next drive.
+OUTAGE_NOTE_TTL_MS: Final = 600_000
+
+
+def outage_note(*, tenant_id: Id, thread_id: Id) -> None:
+    """Note that an outage cut the thread's drive short (its turn still says running), for
+    the next drive to tell that from a crash (:func:`outage_noted`). Raises
+    :class:`redis.RedisError` when Redis cannot answer (the next drive then sees a crash)."""
+    redis_client().set(f"{tenant_id}:thread:{thread_id}:outage", "1", px=OUTAGE_NOTE_TTL_MS)
+
+
+def outage_noted(*, tenant_id: Id, thread_id: Id) -> bool:
+    """Whether an outage cut the thread's last drive short (:func:`outage_note`); takes the
+    note."""
+    return redis_client().getdel(f"{tenant_id}:thread:{thread_id}:outage") is not None
 
 
 @dataclass(eq=False)
@@ -121,6 +203,10 @@ class ThreadLock:
     lost: threading.Event = field(default_factory=threading.Event)
     wake_key: str | None = None
     woken: bool = False
+    # A counted lock: its tenant's flows and waiting threads (flows_key), and after release
+    # the waiting thread its release took from the queue (next_waiting).
+    flows_key: str | None = None
+    next_waiting: str | None = None
 
     def renew(self) -> bool:
         """Extend the lock to ``ttl_ms`` from now if it is still ours.
@@ -144,17 +230,32 @@ class ThreadLock:
         been taken by another worker, whose lock is left alone). Raises
         :class:`redis.RedisError` when Redis cannot answer; the lock then expires on its own.
         """
-        released = cast(int, redis_client().eval(_RELEASE_LUA, *self._keys(), self.token))
-        self.woken = released == 2
-        return released > 0
+        keys = self._keys()
+        if self.flows_key is not None:
+            keys = [keys[0] + 1, *keys[1:], f"{self.flows_key}:waiting"]
+        answer = cast(list[Any], redis_client().eval(_RELEASE_LUA, *keys, self.token))
+        self.woken = answer[0] == 2
+        if len(answer) > 1:
+            self.next_waiting = answer[1].decode()
+        return bool(answer[0] > 0)
 
     def _keys(self) -> list[Any]:
+        """The key count and keys of the renewal and release scripts: the lock, its wake note,
+        its tenant's flows (a counted lock always has a wake note)."""
         keys = [self.key] if self.wake_key is None else [self.key, self.wake_key]
+        if self.flows_key is not None:
+            assert self.wake_key is not None
+            keys.append(self.flows_key)
         return [len(keys), *keys]
 
 
 def lock_acquire(
-    *, tenant_id: Id, thread_id: Id, ttl_ms: int | None = None, note_if_held: bool = False
+    *,
+    tenant_id: Id,
+    thread_id: Id,
+    ttl_ms: int | None = None,
+    note_if_held: bool = False,
+    tenant_flows: int | None = None,
 ) -> ThreadLock | None:
     """Take the thread's lock if nobody holds it; never waits. ``ttl_ms`` defaults to the
     setting ``THREAD_LOCK_TTL_MS``. Taking it drops the control signals that no heartbeat
@@ -165,6 +266,11 @@ def lock_acquire(
     that came while it held the lock is not lost. The caller runs a
     :class:`~threads.services.heartbeat.Heartbeat` for as long as it works and releases the
     lock in a ``finally``.
+
+    With ``tenant_flows``, the lock counts as one of the tenant's flows, of which it may hold
+    that many at once across every process: past it, :class:`FlowsLimitReached` is raised and
+    the thread joins the tenant's waiting threads; a release of a counted lock takes the one
+    waiting longest (:attr:`ThreadLock.next_waiting`), for its holder to wake.
     """
     ttl_ms = settings.THREAD_LOCK_TTL_MS if ttl_ms is None else ttl_ms
     key = lock_key(tenant_id=tenant_id, thread_id=thread_id)
@@ -173,9 +279,32 @@ def lock_acquire(
     token = secrets.token_hex(16)
     sent_at = time.monotonic()
     asked = "1" if note_if_held else "0"
-    if not redis_client().eval(_ACQUIRE_LUA, 3, key, control, note, token, str(ttl_ms), asked):
+    keys, args = [key, control, note], [token, str(ttl_ms), asked]
+    flows = None
+    if tenant_flows is not None:
+        flows = flows_key(tenant_id=tenant_id)
+        keys += [flows, f"{flows}:waiting", f"{flows}:tickets"]
+        args += [str(tenant_flows), str(thread_id), str(WAITING_TTL_MS)]
+    taken = cast(int, redis_client().eval(_ACQUIRE_LUA, len(keys), *keys, *args))
+    if taken == -1:
+        raise FlowsLimitReached(cast(int, tenant_flows))
+    if not taken:
         return None
-    return ThreadLock(key=key, token=token, ttl_ms=ttl_ms, renewed_at=sent_at, wake_key=note)
+    return ThreadLock(
+        key=key, token=token, ttl_ms=ttl_ms, renewed_at=sent_at, wake_key=note, flows_key=flows
+    )
+
+
+def flows_key(*, tenant_id: Id) -> str:
+    """The tenant's counted locks: a sorted set of tokens scored with their expiry."""
+    return f"{tenant_id}:flows"
+
+
+def flows_running(*, tenant_id: Id) -> int:
+    """How many counted locks (flows) the tenant holds now, across every process (a
+    snapshot)."""
+    key = flows_key(tenant_id=tenant_id)
+    return int(cast(int, redis_client().eval(_FLOWS_RUNNING_LUA, 1, key)))
 
 
 def lock_is_held(*, tenant_id: Id, thread_id: Id) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from agents.providers.base import AbortSignal
@@ -9,10 +10,11 @@ from agents.registry import HookName, hook
 from tenancy.models import Tenant
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Log, Message, Thread, Turn
-from threads.runtime.driver import tenant_slot, thread_drive
+from threads.runtime.driver import thread_drive
 from threads.runtime.engine import Flow
 from threads.runtime.stops import StopReason
 from threads.services.fence import fence_acquire
+from threads.services.lock import flows_running, lock_acquire
 from threads.state import ThreadState
 
 
@@ -166,12 +168,16 @@ def test_a_tenant_with_every_flow_slot_in_use_waits_while_another_tenant_runs(
     other.script.text("answered")
     other.send(other_thread, "hello")
 
-    with tenant_slot(engine.tenant.id) as granted:  # the tenant's one flow runs
-        assert granted
-        waiting = engine.drive(thread)
-        running = other.drive(other_thread)
+    # The tenant's one flow runs elsewhere (another worker holds a counted lock).
+    elsewhere = lock_acquire(tenant_id=engine.tenant.id, thread_id=uuid.uuid4(), tenant_flows=1)
+    assert elsewhere is not None
+    waiting = engine.drive(thread)
+    running = other.drive(other_thread)
+    assert flows_running(tenant_id=engine.tenant.id) == 1
+    assert flows_running(tenant_id=other_tenant.id) == 0  # its flow ended: its slot is free
+    elsewhere.release()
 
-    assert wakes == [str(thread.pk)], "the refused thread is woken once the slot is free"
+    assert elsewhere.next_waiting == str(thread.pk), "the refused thread's turn comes next"
     assert (waiting.acquired, waiting.deferred) == (False, True)
     assert Turn.objects.get(thread=thread).status == "queued"
     assert running.acquired

@@ -115,7 +115,7 @@ class LastOutcome(TypedDict):
 
 class Incident(TypedDict):
     """Something the platform did to keep a thread going (``takeover``: a worker took
-    over a turn whose worker died)."""
+    over a turn whose worker died; ``outage``: a turn an outage cut short was resumed)."""
 
     at: int
     incident: str
