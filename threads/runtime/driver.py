@@ -60,7 +60,7 @@ from threads.services.lock import (
     FlowsLimitReached,
     ThreadLock,
     lock_acquire,
-    lock_is_held,
+    lock_ttl_ms,
     outage_note,
     outage_noted,
 )
@@ -356,7 +356,9 @@ def threads_sweep() -> int:
     """Re-enqueue threads that have waiting turns (not parked by a stop nor held back by a
     turn waiting for a person, submitted at least ``THREAD_SWEEP_GRACE_S`` ago) or a turn
     marked running, and no live lock holder (a crashed worker, a lost broker message).
-    Returns how many were woken.
+    Returns how many were woken. A running turn whose lock is overdue for renewal (its
+    holder most likely died) is woken for the moment the lock expires, so a takeover waits
+    for the lock's TTL, not also for the next sweep.
 
     The grace spares the broker a second task for every turn whose wake-up is still queued
     behind others (under load, most of them): a lost wake-up is recovered that much later."""
@@ -372,10 +374,17 @@ def threads_sweep() -> int:
     running = Turn.objects.filter(status__in=TURN_ACTIVE, host__isnull=True).values_list(
         "thread_id", "tenant_id"
     )
-    candidates = dict(waiting.distinct()[:SWEEP_BATCH]) | dict(running[:SWEEP_BATCH])
+    active = dict(running[:SWEEP_BATCH])
+    candidates = dict(waiting.distinct()[:SWEEP_BATCH]) | active
+    overdue_ms = settings.THREAD_LOCK_TTL_MS // 2
     woken = 0
     for thread_id, tenant_id in candidates.items():
-        if not lock_is_held(tenant_id=tenant_id, thread_id=thread_id):
+        left_ms = lock_ttl_ms(tenant_id=tenant_id, thread_id=thread_id)
+        if left_ms is None:
             wakeups.wake_thread(thread_id, tenant_id)
             woken += 1
+        elif thread_id in active and left_ms < overdue_ms:
+            # Its holder missed a renewal (they come every third of the TTL): most likely it
+            # died. Wake the thread as the lock expires, not up to a sweep interval later.
+            wakeups.wake_thread(thread_id, tenant_id, countdown=left_ms / 1000 + 0.05)
     return woken

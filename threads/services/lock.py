@@ -307,6 +307,13 @@ def flows_running(*, tenant_id: Id) -> int:
     return int(cast(int, redis_client().eval(_FLOWS_RUNNING_LUA, 1, key)))
 
 
+def lock_ttl_ms(*, tenant_id: Id, thread_id: Id) -> int | None:
+    """Milliseconds until the thread's lock expires unless renewed, None when nobody holds
+    it (a snapshot: the sweeper's question)."""
+    left = cast(int, redis_client().pttl(lock_key(tenant_id=tenant_id, thread_id=thread_id)))
+    return None if left < 0 else left
+
+
 def lock_is_held(*, tenant_id: Id, thread_id: Id) -> bool:
     """Whether any worker holds the thread's lock (the sweeper's question); a snapshot only."""
     return bool(redis_client().exists(lock_key(tenant_id=tenant_id, thread_id=thread_id)))
