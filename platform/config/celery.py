@@ -5,12 +5,14 @@ and beat with ``celery -A config beat``.
 """
 
 import os
+import warnings
 from typing import Any
 
 import kombu
 import redis
-from celery import Celery
+from celery import Celery, signals
 from celery.app.amqp import AMQP
+from celery.exceptions import CPendingDeprecationWarning
 from kombu.transport import redis as kombu_redis
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251
@@ -84,3 +86,17 @@ app.autodiscover_tasks()
 # `python -m config.beat_watch` read (config.beat_watch). A default: `--scheduler` or a
 # CELERY_BEAT_SCHEDULER setting still chooses another.
 app.add_defaults(lambda: {"beat_scheduler": "config.beat_watch:HeartbeatScheduler"})
+
+
+@signals.celeryd_after_setup.connect
+def _quiet_connection_loss_notice(**_: Any) -> None:
+    """Celery 5 says, in seven lines at every lost broker connection, that Celery 6 will cancel
+    running late-acknowledged tasks on connection loss. Flows do not depend on it (a thread's
+    lock and fence, not the broker, keep one flow per thread, and
+    ``CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS`` keeps them running through a
+    Redis restart), so nothing in it asks an operator to act. Installed once the worker has
+    set up its logging, which turns every such notice on."""
+    warnings.filterwarnings(
+        "ignore", message=r"\s*In Celery 5\.1 we introduced an optional breaking change",
+        category=CPendingDeprecationWarning,
+    )  # fmt: skip
