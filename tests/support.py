@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
+from collections.abc import Iterator
 from urllib.parse import quote
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
 
 
 def current_database_url() -> str:
@@ -28,3 +32,38 @@ def server_warm_up(port: int, *, timeout: float) -> None:
         assert server.getresponse().status == 401
     finally:
         server.close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (a connection to it is refused at once)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@contextlib.contextmanager
+def postgres_unreachable(port: int | None = None, pool_timeout: float = 1) -> Iterator[None]:
+    """Point the default connection (and its pool, if any) at ``port`` (default: a closed
+    one), its pool waiting at most ``pool_timeout`` for a connection, then restore."""
+    db = connections[DEFAULT_DB_ALIAS]
+    assert isinstance(db, PostgresDatabaseWrapper)
+    settings_dict = db.settings_dict
+    saved_port, saved_options = settings_dict["PORT"], settings_dict["OPTIONS"]
+    db.close()
+    db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
+    settings_dict["PORT"] = str(port or closed_port())
+    pool = saved_options.get("pool")
+    if isinstance(pool, dict):  # fail fast instead of waiting the pool's full timeout
+        settings_dict["OPTIONS"] = {
+            **saved_options,
+            "connect_timeout": 1,
+            "pool": {**pool, "timeout": pool_timeout},
+        }
+    try:
+        yield
+    finally:
+        db.close()
+        db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
+        settings_dict["PORT"] = saved_port
+        settings_dict["OPTIONS"] = saved_options

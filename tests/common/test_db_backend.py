@@ -26,18 +26,12 @@ from common.db_backend.pool import (
     reads_fail_fast,
 )
 from tenancy.models import Role, Tenant
+from tests.support import closed_port, postgres_unreachable
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 READ_TIMEOUT_S = 0.5
 TIMEOUT_S = 3.0
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @contextlib.contextmanager
@@ -87,7 +81,7 @@ def test_the_backend_pools_with_an_outage_pool() -> None:
 
 
 def test_a_read_fails_fast_when_postgres_refuses_connections() -> None:
-    with _pool(_at(_closed_port())) as pool, reads_fail_fast():
+    with _pool(_at(closed_port())) as pool, reads_fail_fast():
         outcome, elapsed = _timed(pool.getconn)
 
     assert isinstance(outcome, DatabaseUnreachable)
@@ -107,7 +101,7 @@ def test_a_read_fails_fast_when_postgres_does_not_answer() -> None:
 @pytest.mark.parametrize("inside", [False, True], ids=["outside a request", "a write"])
 def test_a_write_waits_the_full_timeout_when_postgres_is_unreachable(inside: bool) -> None:
     request = reads_fail_fast(False) if inside else contextlib.nullcontext()
-    with _pool(_at(_closed_port())) as pool, request:
+    with _pool(_at(closed_port())) as pool, request:
         outcome, elapsed = _timed(pool.getconn)
 
     assert type(outcome) is PoolTimeout
@@ -138,7 +132,7 @@ def test_a_read_waits_for_a_busy_pool_past_its_read_timeout() -> None:
 def test_a_read_finds_postgres_back_before_the_pool_tries_again() -> None:
     # The pool retries with a growing delay (about 1 s, then 2 s more): the read checks
     # for itself rather than failing until the pool's next attempt.
-    address = {"host": "127.0.0.1", "port": _closed_port()}
+    address = {"host": "127.0.0.1", "port": closed_port()}
     with _pool(lambda: address) as pool, reads_fail_fast():
         down, elapsed = _timed(pool.getconn)
         time.sleep(1.5 - elapsed)  # the pool's second attempt (at about 1 s) failed too
@@ -152,29 +146,6 @@ def test_a_read_finds_postgres_back_before_the_pool_tries_again() -> None:
     assert elapsed < TIMEOUT_S
 
 
-@contextlib.contextmanager
-def _backend_unreachable() -> Iterator[None]:
-    """Point the default connection's pool at a closed port (timeout ``TIMEOUT_S``), then
-    restore it."""
-    db = connections[DEFAULT_DB_ALIAS]
-    settings_dict = db.settings_dict
-    saved_port, saved_options = settings_dict["PORT"], settings_dict["OPTIONS"]
-    db.close()
-    db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
-    settings_dict["PORT"] = str(_closed_port())
-    settings_dict["OPTIONS"] = {
-        **saved_options,
-        "pool": {**saved_options["pool"], "timeout": TIMEOUT_S},
-    }
-    try:
-        yield
-    finally:
-        db.close()
-        db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
-        settings_dict["PORT"] = saved_port
-        settings_dict["OPTIONS"] = saved_options
-
-
 def test_the_api_answers_a_read_503_within_its_read_timeout_and_a_write_after_its_timeout(
     tenant: Tenant, client_for: Callable[..., APIClient]
 ) -> None:
@@ -182,7 +153,7 @@ def test_the_api_answers_a_read_503_within_its_read_timeout_and_a_write_after_it
     read_timeout = connection.settings_dict["OPTIONS"]["pool"]["read_timeout"]
     assert client.get("/api/v1/threads").status_code == 200  # the views are loaded
 
-    with _backend_unreachable():
+    with postgres_unreachable(pool_timeout=TIMEOUT_S):
         read, read_s = _timed(lambda: client.get("/api/v1/threads"))
         write, write_s = _timed(
             lambda: client.post("/api/v1/threads", {"agent": "helper"}, format="json")
@@ -229,7 +200,7 @@ def test_outside_a_flow_a_busy_pool_still_times_out() -> None:
 
 
 def test_a_flow_waiting_for_an_unreachable_postgresql_meets_the_outage() -> None:
-    port = _closed_port()
+    port = closed_port()
     with _pool(_at(port)) as pool:
         time.sleep(0.3)  # the pool's first attempt has failed
 

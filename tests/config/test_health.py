@@ -1,19 +1,18 @@
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import time
 from collections.abc import Iterator
 
 import pytest
-from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
+from django.db import connection
 from django.test import Client
 from pytest_django.fixtures import Settings
 
 from config.beat_watch import STALE_AFTER_S, heartbeat_key, heartbeat_write, redis_client
 from config.health import CHECK_TIMEOUT_S
+from tests.support import closed_port, postgres_unreachable
 from tests.worker import private_queue
 
 
@@ -26,13 +25,6 @@ def beat(settings: Settings) -> Iterator[str]:
     heartbeat_write(client, queue=queue)
     yield queue
     client.delete(heartbeat_key(queue))
-
-
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @pytest.mark.django_db
@@ -93,7 +85,7 @@ def test_readyz_answers_with_a_trailing_slash(client: Client) -> None:
 def test_readyz_is_unavailable_naming_redis_when_redis_is_down(
     client: Client, settings: Settings
 ) -> None:
-    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
 
     response = client.get("/readyz")
 
@@ -106,36 +98,9 @@ def test_readyz_is_unavailable_naming_redis_when_redis_is_down(
     assert body["checks"]["redis"]["error"].startswith("ConnectionError: ")
 
 
-@contextlib.contextmanager
-def _postgres_unreachable(port: int | None = None, pool_timeout: float = 1) -> Iterator[None]:
-    """Point the default connection (and its pool, if any) at ``port`` (default: a closed
-    one), then restore."""
-    db = connections[DEFAULT_DB_ALIAS]
-    assert isinstance(db, PostgresDatabaseWrapper)
-    settings_dict = db.settings_dict
-    saved_port, saved_options = settings_dict["PORT"], settings_dict["OPTIONS"]
-    db.close()
-    db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
-    settings_dict["PORT"] = str(port or _closed_port())
-    pool = saved_options.get("pool")
-    if isinstance(pool, dict):  # fail fast instead of waiting the pool's full timeout
-        settings_dict["OPTIONS"] = {
-            **saved_options,
-            "connect_timeout": 1,
-            "pool": {**pool, "timeout": pool_timeout},
-        }
-    try:
-        yield
-    finally:
-        db.close()
-        db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
-        settings_dict["PORT"] = saved_port
-        settings_dict["OPTIONS"] = saved_options
-
-
 @pytest.mark.django_db(transaction=True)
 def test_readyz_is_unavailable_naming_postgres_when_postgres_is_down(client: Client) -> None:
-    with _postgres_unreachable():
+    with postgres_unreachable():
         response = client.get("/readyz")
 
     assert response.status_code == 503
@@ -153,9 +118,9 @@ def test_readyz_is_unavailable_naming_postgres_when_postgres_is_down(client: Cli
 
 @pytest.mark.django_db(transaction=True)
 def test_readyz_names_both_when_everything_is_down(client: Client, settings: Settings) -> None:
-    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
 
-    with _postgres_unreachable():
+    with postgres_unreachable():
         response = client.get("/readyz")
 
     assert response.status_code == 503
@@ -168,7 +133,7 @@ def test_readyz_answers_within_its_deadline_when_postgres_hangs(client: Client) 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blackhole:
         blackhole.bind(("127.0.0.1", 0))
         blackhole.listen(64)
-        with _postgres_unreachable(port=blackhole.getsockname()[1], pool_timeout=10):
+        with postgres_unreachable(port=blackhole.getsockname()[1], pool_timeout=10):
             started = time.monotonic()
             response = client.get("/readyz")
             elapsed = time.monotonic() - started
@@ -187,9 +152,9 @@ def test_healthz_is_liveness_and_stays_ok_when_dependencies_are_down(
 ) -> None:
     """An orchestrator must not restart a process because PostgreSQL or Redis is away (or
     its pool busy): /healthz needs neither; /readyz says what is down."""
-    settings.REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
 
-    with _postgres_unreachable():
+    with postgres_unreachable():
         alive = client.get("/healthz")
         ready = client.get("/readyz")
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from agents.bundles import bundle_import
 from config.beat_watch import HEARTBEAT_EVERY_S, STALE_AFTER_S
 from tests.factories import make_api_key, make_tenant
-from tests.reliability.platform import MakeRun, PrivateRedis, chat_bundle, make_run
+from tests.reliability.platform import MakeRun, chat_bundle
 from threads.models import TURN_TERMINAL, Message, MessageRole, RunStatus, Thread, Turn
 from threads.services.inbox import message_queue
 from threads.services.threads import thread_create
@@ -24,19 +22,6 @@ from threads.services.threads import thread_create
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
 REPORTED_WITHIN_S = 30.0
-
-
-@pytest.fixture
-def run(
-    django_db_setup: None,
-    redis_server: PrivateRedis,
-    tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[MakeRun]:
-    """``make run``'s processes with its defaults."""
-    var_dir = tmp_path_factory.getbasetemp() / "make-run-var"
-    with make_run(tmp_path, var_dir, redis_server) as started:
-        yield started
 
 
 def _turn(thread: Thread) -> Turn:

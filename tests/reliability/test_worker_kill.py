@@ -28,7 +28,6 @@ from tests.reliability.platform import (
     Platform,
     PrivateRedis,
     chat_bundle,
-    make_run,
     platform_processes,
 )
 from tests.worker import Worker
@@ -239,19 +238,6 @@ def _cpu_ticks(pid: int) -> int:
 
 TAKEN_OVER_WITHIN_S = 5.0
 ROUNDS = 5
-
-
-@pytest.fixture
-def run(
-    django_db_setup: None,
-    redis_server: PrivateRedis,
-    tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[MakeRun]:
-    """``make run``'s processes with its defaults."""
-    var_dir = tmp_path_factory.getbasetemp() / "make-run-var"
-    with make_run(tmp_path, var_dir, redis_server) as started:
-        yield started
 
 
 def _turn_holder(run: MakeRun, since: dict[str, int]) -> str:

@@ -207,7 +207,12 @@ def lease_acquire(*, tenant_id: UUID | str, name: str, limit: int, ttl_ms: int) 
 
 def lease_count(*, tenant_id: UUID | str, name: str) -> int:
     """How many leases of the tenant's ``name`` are held now (a snapshot)."""
-    key = lease_key(tenant_id=tenant_id, name=name)
+    return live_count(lease_key(tenant_id=tenant_id, name=name))
+
+
+def live_count(key: str) -> int:
+    """How many members of the sorted set ``key``, each scored with its expiry (Redis's clock,
+    in ms), have not expired; drops the expired ones (a snapshot)."""
     return int(cast(int, redis_client().eval(_COUNT_LUA, 1, key)))
 
 

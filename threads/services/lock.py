@@ -41,6 +41,7 @@ import redis
 from django.conf import settings
 
 from common.redis_client import redis_client
+from threads.services.leases import live_count
 
 Id: TypeAlias = UUID | str
 
@@ -136,12 +137,6 @@ if KEYS[3] then
     end
 end
 return {released}
-"""
-_FLOWS_RUNNING_LUA: Final = """
-local clock = redis.call("TIME")
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
-return redis.call("ZCARD", KEYS[1])
 """
 # A thread refused a flow slot stays queued this long at most (the sweeper wakes it anyway).
 WAITING_TTL_MS: Final = 600_000
@@ -303,8 +298,7 @@ def flows_key(*, tenant_id: Id) -> str:
 def flows_running(*, tenant_id: Id) -> int:
     """How many counted locks (flows) the tenant holds now, across every process (a
     snapshot)."""
-    key = flows_key(tenant_id=tenant_id)
-    return int(cast(int, redis_client().eval(_FLOWS_RUNNING_LUA, 1, key)))
+    return live_count(flows_key(tenant_id=tenant_id))
 
 
 def lock_ttl_ms(*, tenant_id: Id, thread_id: Id) -> int | None:

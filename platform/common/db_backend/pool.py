@@ -102,35 +102,37 @@ class OutagePool(ConnectionPool[Any]):
         if timeout is not None or not _reading.get() or self.read_timeout >= self.timeout:
             return super().getconn(timeout)
         started = monotonic()
-        try:
-            return super().getconn(self.read_timeout)
-        except PoolTimeout:
-            problem = self._unreachable()
-            if problem is not None:
-                raise DatabaseUnreachable(
-                    f"no connection within {self.read_timeout:g} s, and {problem}"
-                ) from None
+        got = self._getconn_unless_unreachable(self.read_timeout)
+        if got is not None:
+            return got
         return super().getconn(max(self.timeout - (monotonic() - started), 0.001))
 
     def _getconn_patiently(self) -> Any:
         """A connection, however long every one stays in use while PostgreSQL answers;
         :class:`DatabaseUnreachable` once it does not."""
         waited = 0.0
-        while True:
-            try:
-                return super().getconn(self.timeout)
-            except PoolTimeout:
-                problem = self._unreachable()
-                if problem is not None:
-                    raise DatabaseUnreachable(
-                        f"no connection within {self.timeout:g} s, and {problem}"
-                    ) from None
+        while (got := self._getconn_unless_unreachable(self.timeout)) is None:
             waited += self.timeout
             logger.warning(
                 "all %d database connections of this process are in use (DB_POOL_SIZE); a "
                 "flow has waited %g s for one and waits on",
                 self.max_size, waited,
             )  # fmt: skip
+        return got
+
+    def _getconn_unless_unreachable(self, timeout: float) -> Any | None:
+        """A connection within ``timeout``; None when none came because every one is in
+        use; :class:`DatabaseUnreachable` when none came because PostgreSQL does not
+        answer."""
+        try:
+            return super().getconn(timeout)
+        except PoolTimeout:
+            problem = self._unreachable()
+            if problem is not None:
+                raise DatabaseUnreachable(
+                    f"no connection within {timeout:g} s, and {problem}"
+                ) from None
+        return None
 
     def _connect(self, timeout: float | None = None) -> Any:
         """Every attempt to connect, the pool's own and :meth:`_unreachable`'s, recorded."""
