@@ -16,6 +16,7 @@ MODULES = [
     "bench.events",
     "bench.sandbox",
     "bench.background",
+    "bench.budgets",
     "bench.peers.suite",
 ]
 # Run only when named: they install another server and take minutes (`make bench peers`).

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
-import itertools
 import logging
+import math
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,9 @@ class CodeExecutionResult:
     logs: list[CodeExecutionLog] = field(default_factory=list)
     reports: list[Any] = field(default_factory=list)
     duration_ms: float = 0.0
+    # The runner process's CPU time for the call (its ``done``'s ``cpuMs``); 0 when the call
+    # settled without a ``done`` (terminated, a lost or killed runner, invalid options).
+    cpu_ms: float = 0.0
 
 
 class AbortSignal:
@@ -80,7 +84,6 @@ class AbortSignal:
 
 
 logger = logging.getLogger(__name__)
-_ids = itertools.count(1)
 
 
 class CodeExecution:
@@ -91,11 +94,13 @@ class CodeExecution:
     ``terminated`` (``reason`` in ``error.message``), cancels the runner and, if the runner
     has not stopped after the pool's grace, kills and replaces it; later calls are no-ops.
     ``running`` is True until it settles; ``reports`` holds the values the guest passed to
-    ``report()`` so far.
+    ``report()`` so far. ``id`` is unique across processes and restarts (a uuid), so it can
+    name the call in records that outlive the process. ``cpu_ms()`` is the runner's CPU time
+    for the call, also for one that was terminated.
     """
 
     def __init__(self, pool: RunnerPool, prepared: PreparedCall) -> None:
-        self.id = f"x{next(_ids)}"
+        self.id = f"x{uuid.uuid4().hex}"
         self.reports: list[Any] = []
         self._pool = pool
         self._prepared = prepared
@@ -107,6 +112,9 @@ class CodeExecution:
         self._kill_timer: threading.Timer | None = None
         self._callbacks: list[Callable[[CodeExecutionResult], None]] = []
         self._started_at = time.perf_counter()
+        # Set once settled and no runner serves the call any more: its CPU time is final.
+        self._released = threading.Event()
+        self._cpu_ms = 0.0
 
     # -- public -----------------------------------------------------------------------
 
@@ -133,6 +141,16 @@ class CodeExecution:
             raise TimeoutError("the execution has not settled yet")
         assert self._outcome is not None
         return self._outcome
+
+    def cpu_ms(self, timeout: float | None = None) -> float:
+        """The CPU time in milliseconds its runner reported for the call (``done``'s
+        ``cpuMs``). Final once the call settled and its runner let go of it: at once after a
+        ``done``; after a ``terminate``, when the runner's late ``done`` arrives or the pool
+        kills it past its cancel grace (then 0, as for a lost runner). Waits up to
+        ``timeout`` for that and answers what is known when it passes."""
+        self._released.wait(timeout)
+        with self._lock:
+            return self._cpu_ms
 
     def __await__(self) -> Generator[Any, None, CodeExecutionResult]:
         loop = asyncio.get_running_loop()
@@ -208,6 +226,9 @@ class CodeExecution:
         if kind == "tool_call":
             threading.Thread(target=self._serve_call, args=(runner, message), daemon=True).start()
         elif kind == "done":
+            cpu_ms = _cpu_ms(message)
+            with self._lock:
+                self._cpu_ms = cpu_ms
             self._detach(runner, reusable=True)
             try:
                 self._settle_done(message)
@@ -285,6 +306,7 @@ class CodeExecution:
             error=ExecutionError(**error) if error else None,
             logs=logs,
             duration_ms=float(message.get("durationMs", 0.0)),
+            cpu_ms=_cpu_ms(message),
         )
 
     def _detach(self, runner: Runner, *, reusable: bool) -> None:
@@ -293,6 +315,8 @@ class CodeExecution:
                 return
             self._runner = None
             timer, self._kill_timer = self._kill_timer, None
+            if self._outcome is not None:
+                self._released.set()
         if timer is not None:
             timer.cancel()
         if reusable:
@@ -315,6 +339,7 @@ class CodeExecution:
         error: ExecutionError | None = None,
         logs: list[CodeExecutionLog] | None = None,
         duration_ms: float | None = None,
+        cpu_ms: float = 0.0,
     ) -> bool:
         """Settle once; False when already settled."""
         with self._lock:
@@ -328,8 +353,11 @@ class CodeExecution:
                 logs=logs or [],
                 reports=list(self.reports),
                 duration_ms=round(duration_ms if duration_ms is not None else elapsed, 3),
+                cpu_ms=cpu_ms,
             )
             callbacks, self._callbacks = self._callbacks, []
+            if self._runner is None:
+                self._released.set()
             self._settled.set()
             self._started.set()
         for callback in callbacks:
@@ -346,6 +374,15 @@ def _call_safely(
         callback(outcome)
     except Exception:
         logger.exception("a run_code done-callback raised")
+
+
+def _cpu_ms(done: Mapping[str, Any]) -> float:
+    """A ``done``'s ``cpuMs`` (optional: 0 when absent or not a finite, non-negative
+    number)."""
+    value = done.get("cpuMs", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if math.isfinite(value) and value >= 0 else 0.0
 
 
 async def _awaited(value: Any) -> Any:

@@ -3,7 +3,9 @@
 Dispatcher -> runner: ``execute`` (start one execution), ``tool_result`` (the answer to one
 ``tool_call``), ``cancel`` (stop the active execution). Runner -> dispatcher: ``ready`` (the
 process is warm and confined, with what confinement applied; sent once after start-up),
-``started``, ``tool_call`` and ``done``.
+``started``, ``tool_call`` and ``done``; ``done`` carries the call's wall time
+(``durationMs``) and, from this runner, the CPU time the runner process spent on it
+(``cpuMs``, optional: a dispatcher treats its absence as 0).
 ``id`` correlates every message of one execution; ``callId`` one host call inside it. Only
 JSON crosses: guest values travel in the tagged form of ``sandbox.marshal``, host callables
 stay on the host side and are named by id.
@@ -110,6 +112,7 @@ class Done(TypedDict):
     id: str
     status: Status
     durationMs: float
+    cpuMs: NotRequired[float]  # the runner process's CPU time for the call, milliseconds
     logs: list[LogEntry]
     result: NotRequired[Any]  # tagged node when status is success
     error: NotRequired[ErrorInfo]

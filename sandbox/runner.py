@@ -22,6 +22,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any, BinaryIO
@@ -120,6 +121,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, confinement: Confinement | None = N
             continue  # cancels and results that arrived after their execution ended
         execution_id = str(message["id"])
         channel.write({"type": "started", "id": execution_id})
+        # The whole process's CPU time, the clock the CPU budget and RLIMIT_CPU count: the
+        # guest runs on this thread and the reader thread parses only this call's messages.
+        cpu_started = time.process_time()
         try:
             link = _ExecutionLink(channel, execution_id)
             body = execute(message["payload"], link, channel.cancelled, confinement.arm_cpu())
@@ -130,6 +134,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, confinement: Confinement | None = N
                 "logs": [],
                 "durationMs": 0.0,
             }
+        body["cpuMs"] = round((time.process_time() - cpu_started) * 1000, 3)
         channel.write({"type": "done", "id": execution_id, **body})
 
 

@@ -10,6 +10,7 @@ from tenancy.models import Role, Tenant
 from tenancy.throttling import api_key_failures_reset
 from tests.factories import make_api_key, make_tenant, make_thread
 from threads.models import Thread
+from usage.budgets import budgets_forget
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +24,13 @@ def _no_api_key_failures() -> None:
     which tests share; many tests present bad keys on purpose). Login failures are rows,
     rolled back with the database."""
     api_key_failures_reset()
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_budgets() -> None:
+    """Budgets are cached per process for a moment (usage.budgets.budgets_of); a test that
+    writes them with the ORM starts from none cached."""
+    budgets_forget()
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ PROJECT_PACKAGES = {
     "tenancy": REPO / "platform" / "tenancy",
     "common": REPO / "platform" / "common",
     "agents": REPO / "agents",
+    "usage": REPO / "usage",
     "threads": REPO / "threads",
     "console": REPO / "console",
     "sandbox": REPO / "sandbox",

@@ -12,8 +12,10 @@ from threads.runtime.effects import effect_fire
 from threads.runtime.schedules import schedules_fire
 from threads.services.actions import actions_expire
 from threads.services.effects import FIRE_TASK, effects_prune, effects_sweep
+from threads.services.waits import waits_release_due
 from threads.services.wakeups import DRIVE_TASK
 from threads.services.webhooks import webhook_deliver, webhooks_sweep
+from usage import budgets
 
 # Beat's duties say at INFO what they did, when they did something: a tick with nothing to
 # do (nearly all of them, every second or two) stays silent.
@@ -30,7 +32,10 @@ def drive_thread(thread_id: str, tenant_id: str | None = None, attempt: int = 0)
 
 @shared_task(name="threads.sweep_threads", ignore_result=True)
 def sweep_threads() -> int:
-    """Beat: wake threads whose work has no live worker."""
+    """Beat: wake threads whose work has no live worker; release the spend reservations of
+    flows whose lock is gone and the turns whose budget or quota wait is over."""
+    budgets.reservations_sweep()
+    waits_release_due()
     woken = threads_sweep()
     if woken:
         logger.info("sweep-threads: woke %d threads whose work had no live worker", woken)

@@ -299,12 +299,12 @@ class ScriptedProvider:
     def generate(
         self, request: ProviderRequest, *, abort: AbortSignal | None = None
     ) -> ProviderResponse:
-        return self._settle(self._answer(request), abort)
+        return self._settle(self._answer(request), abort, request.max_output_tokens)
 
     def stream(
         self, request: ProviderRequest, *, abort: AbortSignal | None = None
     ) -> Iterator[StreamChunk]:
-        response = self._settle(self._answer(request), abort)
+        response = self._settle(self._answer(request), abort, request.max_output_tokens)
         chunk_size, delay_ms = self.chunking
         for index, chunk in enumerate(response_chunks(response, chunk_size=chunk_size)):
             if index and delay_ms:
@@ -313,12 +313,14 @@ class ScriptedProvider:
 
     # Answering ---------------------------------------------------------------------------------
 
-    def _settle(self, answer: _Answer, abort: AbortSignal | None) -> ProviderResponse:
+    def _settle(
+        self, answer: _Answer, abort: AbortSignal | None, cap: int | None = None
+    ) -> ProviderResponse:
         self._pause(answer.delay_ms, abort)
         if answer.error is not None:
             raise answer.error
         assert answer.response is not None
-        return answer.response
+        return _capped(answer.response, cap)
 
     def _pause(self, delay_ms: int, abort: AbortSignal | None) -> None:
         if abort is None:
@@ -433,6 +435,23 @@ class ScriptedProvider:
             model_id=self.model_id,
             provider=PROVIDER,
         )
+
+
+def _capped(response: ProviderResponse, cap: int | None) -> ProviderResponse:
+    """As a real model does with ``max_output_tokens``: an answer longer than ``cap`` tokens
+    stops there (``finish_reason`` ``length``; its text cut at ``cap`` * 4 characters)."""
+    usage = response.usage
+    if cap is None or usage.completion_tokens <= cap:
+        return response
+    return dataclasses.replace(
+        response,
+        content=response.content[: cap * 4],
+        finish_reason="length",
+        usage=dataclasses.replace(
+            usage, completion_tokens=cap, total_tokens=usage.prompt_tokens + cap,
+            reasoning_tokens=min(usage.reasoning_tokens, cap),
+        ),
+    )  # fmt: skip
 
 
 def counted_usage(

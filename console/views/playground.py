@@ -187,8 +187,8 @@ async def code_run_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpRespo
     form = admitted.form
     try:
         body = await code_endpoint_run(
-            source=form.cleaned_data["source"], options=form.options(), lease=admitted.lease,
-            budget_s=form.budget_s(),
+            thread=admitted.thread, source=form.cleaned_data["source"], options=form.options(),
+            lease=admitted.lease, budget_s=form.budget_s(),
         )  # fmt: skip
     except DomainError as error:
         return await connection_returned(_code_page)(

@@ -398,6 +398,27 @@ def api_key_throttle_settings() -> dict[str, int]:
     }
 
 
+def _count(name: str, default: int) -> int:
+    raw = _get(name) or str(default)
+    if not raw.isdigit():
+        raise ImproperlyConfigured(f"{name} must be a number (0 or more), got {raw!r}")
+    return int(raw)
+
+
+def usage_quota_settings() -> dict[str, int]:
+    """Quotas (usage.quotas), 0 meaning unlimited: API requests per minute per tenant and
+    per API key, turns started through the API per minute per tenant, and model tokens per
+    minute and per day per tenant (unlimited by default). A tenant's ``TenantQuota`` row
+    (admin) overrides each."""
+    return {
+        "USAGE_REQUESTS_PER_MINUTE": _count("USAGE_REQUESTS_PER_MINUTE", 6000),
+        "USAGE_KEY_REQUESTS_PER_MINUTE": _count("USAGE_KEY_REQUESTS_PER_MINUTE", 3000),
+        "USAGE_TURNS_PER_MINUTE": _count("USAGE_TURNS_PER_MINUTE", 600),
+        "USAGE_TOKENS_PER_MINUTE": _count("USAGE_TOKENS_PER_MINUTE", 0),
+        "USAGE_TOKENS_PER_DAY": _count("USAGE_TOKENS_PER_DAY", 0),
+    }
+
+
 # Secrets -------------------------------------------------------------------
 
 

@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "axes",
     "tenancy",
     "agents",
+    "usage",
     "threads",
     "console",
     "sandbox",
@@ -323,6 +324,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "common.schema.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.exception_handler",
+    # API requests per minute per tenant and per key (usage.quotas), after authentication.
+    "DEFAULT_THROTTLE_CLASSES": ["usage.throttles.QuotaThrottle"],
     "UNAUTHENTICATED_USER": None,
     # ?format= is ours to use (bundle export); every API answer is JSON anyway.
     "URL_FORMAT_OVERRIDE": None,
@@ -396,6 +399,20 @@ _api_keys = env.api_key_throttle_settings()
 API_KEY_FAILURES_PER_ADDRESS = _api_keys["API_KEY_FAILURES_PER_ADDRESS"]
 API_KEY_FAILURES_PER_PREFIX = _api_keys["API_KEY_FAILURES_PER_PREFIX"]
 API_KEY_FAILURE_WINDOW_S = _api_keys["API_KEY_FAILURE_WINDOW_S"]
+# Quotas (usage.quotas; env.usage_quota_settings says what each is): rate limits per tenant
+# and per API key, 0 = unlimited; a tenant's TenantQuota row (admin) overrides each.
+_quotas = env.usage_quota_settings()
+USAGE_REQUESTS_PER_MINUTE = _quotas["USAGE_REQUESTS_PER_MINUTE"]
+USAGE_KEY_REQUESTS_PER_MINUTE = _quotas["USAGE_KEY_REQUESTS_PER_MINUTE"]
+USAGE_TURNS_PER_MINUTE = _quotas["USAGE_TURNS_PER_MINUTE"]
+USAGE_TOKENS_PER_MINUTE = _quotas["USAGE_TOKENS_PER_MINUTE"]
+USAGE_TOKENS_PER_DAY = _quotas["USAGE_TOKENS_PER_DAY"]
+# Budgets (usage.budgets, docs/usage.md): a call's worst-case output when neither the request
+# nor the model caps it; the smallest answer worth reserving for (below it the budget has no
+# room); how long a call waits for other calls' reservations to settle before its turn pauses.
+USAGE_DEFAULT_MAX_OUTPUT_TOKENS = 4096
+USAGE_MIN_OUTPUT_TOKENS = 16
+USAGE_RESERVE_WAIT_S = 30.0
 if env.is_production():
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -428,6 +445,7 @@ LOGGING = {
                 "threads.broadcast",
                 "threads.services.heartbeat",
                 "threads.services.wakeups",
+                "usage.quotas",
             )
         },
     },

@@ -285,11 +285,23 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
     see their own, read-only."""
 
     tenant_lookup = "id"
-    list_display = ["slug", "name", "is_active", "platform_credentials", "created_at"]
+    list_display = ["slug", "name", "is_active", "platform_credentials", "time_zone",
+                    "created_at"]  # fmt: skip
     search_fields = ["slug", "name"]
     readonly_fields = ["id", "created_at"]
-    fields = ["id", "slug", "name", "is_active", "platform_credentials", "created_at"]
+    fields = ["id", "slug", "name", "is_active", "platform_credentials", "time_zone",
+              "created_at"]  # fmt: skip
     inlines = [MembershipInline]
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "time_zone" and isinstance(field, forms.CharField):
+            field.required, field.empty_value = False, "UTC"  # Tenant.clean checks a name
+            field.help_text = (
+                "Where the tenant's days and months begin (usage by day, budget windows): an "
+                "IANA name such as UTC, Europe/Paris or America/New_York; empty: UTC."
+            )
+        return field
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser

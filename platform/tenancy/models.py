@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
+from zoneinfo import available_timezones
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from common.ids import new_id
@@ -27,6 +30,19 @@ class Role(models.TextChoices):
         return self.rank >= required.rank
 
 
+@cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def time_zone_problem(name: str) -> str | None:
+    """Why ``name`` is not a time zone a tenant may have (an IANA name that zoneinfo
+    knows), or None."""
+    if name in _zone_names():
+        return None
+    return f"{name!r} is not a time zone: use an IANA name such as UTC or Europe/Paris"
+
+
 class Tenant(models.Model):
     """An isolated customer of the platform; owns every other row."""
 
@@ -44,6 +60,8 @@ class Tenant(models.Model):
         help_text="May this tenant's models use the operator's provider keys? "
         "Unknown: the PLATFORM_CREDENTIALS_GRANTED setting decides.",
     )
+    # Where the tenant's days and months begin (usage rollups, budget windows): an IANA name.
+    time_zone = models.CharField(max_length=64, default="UTC")
     # The tenant's data key, wrapped by a master key (see common.crypto).
     data_key_wrapped = models.BinaryField(editable=False)
     created_at = models.DateTimeField(default=now, editable=False)
@@ -53,6 +71,12 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        super().clean()
+        problem = time_zone_problem(self.time_zone)
+        if problem is not None:
+            raise ValidationError({"time_zone": problem})
 
 
 _M = TypeVar("_M", bound=models.Model)

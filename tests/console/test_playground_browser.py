@@ -13,7 +13,7 @@ from tests.console.conftest import CHAT, Team, log_in
 from tests.console.test_browser import _assert_accessible
 from tests.live import Live
 from threads.runtime.lifecycle import thread_open
-from threads.services.logs import log_create
+from usage.ledger import Entry, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,10 +60,9 @@ def test_run_a_snippet_then_one_that_throws_and_see_result_logs_and_error(
 
 def test_usage_page_draws_the_chart_and_tables(page: Any, served: Live, team: Team) -> None:
     thread = thread_open(tenant=team.tenant, agent_name=CHAT)
-    log_create(thread=thread, kind="llm", data={
-        "model": "m", "input_tokens": 900, "output_tokens": 100, "total_tokens": 1000,
-        "cost_usd": 0.01, "latency_ms": 5.0, "error": None,
-    })  # fmt: skip
+    record(Entry(tenant_id=team.tenant.pk, key="call", kind="model", agent=CHAT,
+                 thread_id=thread.pk, model="m", input_tokens=900, output_tokens=100,
+                 cost_micros=10_000))  # fmt: skip
     log_in(page, served, team.reader)
 
     page.goto("/console/usage/")

@@ -1,11 +1,13 @@
 """The run-code playground and the usage page without a browser: code run through the real
 sandbox as ``POST …/run-code`` runs it (result, logs, errors at their line and column, the
-tenant's lease, the ``code`` log row), scoping by tenant and role, and usage summed from the
-tenant's model-call log rows only."""
+tenant's lease, the ``code`` log row), scoping by tenant and role, and usage read from the
+tenant's usage rollups (model calls only, a cost without prices never shown as 0), with its
+budgets and their standing."""
 
 from __future__ import annotations
 
 import html
+import itertools
 import re
 from typing import Any
 
@@ -20,11 +22,13 @@ from threads.models import Log, Thread
 from threads.runtime.lifecycle import thread_open
 from threads.services.code_endpoint import RUN_CODE_LEASE, code_lease_acquire
 from threads.services.leases import lease_count
-from threads.services.logs import log_create
+from usage.ledger import Entry, record
+from usage.models import Budget, BudgetCounter
 
 pytestmark = pytest.mark.django_db
 
 DAY_US = 86_400_000_000
+_calls = itertools.count()
 
 
 @pytest.fixture
@@ -196,16 +200,15 @@ def test_another_tenants_thread_is_404_in_the_playground_with_nothing_run(team: 
 # Usage ----------------------------------------------------------------------------------------
 
 
-def _model_call(thread: Thread, tokens: int | None, cost: float | None, ago_us: int = 0) -> Log:
-    """A model-call log row as the engine writes it, ``ago_us`` in the past."""
-    log = log_create(thread=thread, kind="llm", data={
-        "model": "m", "input_tokens": None if tokens is None else tokens - 10,
-        "output_tokens": None if tokens is None else 10, "total_tokens": tokens,
-        "cost_usd": cost, "latency_ms": 5.0, "error": None,
-    })  # fmt: skip
-    if ago_us:
-        Log.objects.filter(pk=log.pk).update(created_at=now_us() - ago_us)
-    return log
+def _model_call(thread: Thread, tokens: int, cost: float | None, ago_us: int = 0) -> None:
+    """A model call in the ledger as the engine records it, ``ago_us`` in the past."""
+    record(Entry(
+        tenant_id=thread.tenant_id, key=f"call-{next(_calls)}", kind="model",
+        time_zone=thread.tenant.time_zone, agent=thread.agent_name, thread_id=thread.pk,
+        model="m", input_tokens=tokens - 10, output_tokens=10,
+        cost_micros=None if cost is None else round(cost * 1_000_000),
+        created_at=now_us() - ago_us,
+    ))  # fmt: skip
 
 
 def _row(page: str, attribute: str, value: str) -> list[str]:
@@ -226,17 +229,21 @@ def test_usage_sums_the_tenants_model_calls_per_agent_and_thread(team: Team) -> 
     _model_call(chat_two, 40, None)  # a model without prices
     _model_call(careful, 50, 0.0005)
     _model_call(theirs, 99_999, 9.0)  # another tenant's: never counted
-    log_create(thread=chat, kind="tool", data={"tool": "current_time", "status": "success"})
+    record(Entry(tenant_id=team.tenant.pk, key="tool", kind="tool", agent=CHAT,
+                 thread_id=chat.pk, name="current_time", cost_micros=0))  # fmt: skip
 
     page = client_of(team.reader).get(reverse("console:usage"), {"days": "7"}).content.decode()
 
-    assert _row(page, "agent", CHAT) == [CHAT, "3", "1,510", "30", "1,540", "0.015000"]
+    # A cost with calls without prices is a lower bound, never a plain sum.
+    assert _row(page, "agent", CHAT) == [CHAT, "3", "1,510", "30", "1,540", "≥ 0.015000"]
     assert _row(page, "agent", CAREFUL) == [CAREFUL, "1", "40", "10", "50", "0.000500"]
-    assert _row(page, "agent", "") == ["All agents", "4", "1,550", "40", "1,590", "0.015500"]
+    assert _row(page, "agent", "") == ["All agents", "4", "1,550", "40", "1,590", "≥ 0.015500"]
     assert _row(page, "thread", str(chat.pk)) == [
         f"…{str(chat.pk)[-8:]}", CHAT, "2", "1,480", "20", "1,500", "0.015000", "Chart",
     ]  # fmt: skip
-    assert _row(page, "thread", str(chat_two.pk))[-2] == "—"
+    assert _row(page, "thread", str(chat_two.pk))[-2] == "unknown"
+    assert 'title="1 call without a price: the cost is at least this"' in page
+    assert 'id="cost-unknown-note"' in page
     assert reverse("console:thread", args=[chat.pk]) in page
     assert str(theirs.pk) not in page
     assert "99,999" not in page
@@ -313,3 +320,32 @@ def test_usage_without_model_calls_says_so(team: Team) -> None:
     assert page.count("No model calls in this range.") == 2  # the two tables
     assert page.count("Nothing to chart: no model call in this range reported this figure.") == 2
     assert '<rect x="' not in page
+
+
+def test_usage_shows_the_tenants_budgets_with_their_standing(team: Team) -> None:
+    daily = Budget.objects.create(tenant=team.tenant, name="daily cap", scope="tenant",
+                                  window="lifetime", limit_micros=5_000_000)  # fmt: skip
+    BudgetCounter.objects.create(tenant=team.tenant, budget=daily, subject="", window_start=0,
+                                 spent_micros=1_250_000, reserved_micros=250_000)  # fmt: skip
+    Budget.objects.create(tenant=team.tenant, name="agents", scope="agent", window="day",
+                          limit_tokens=10_000, operator=True)  # fmt: skip
+    Budget.objects.create(tenant=make_tenant(), name="theirs", scope="tenant", window="day",
+                          limit_tokens=1)  # fmt: skip
+
+    page = client_of(team.reader).get(reverse("console:usage")).content.decode()
+
+    assert _row(page, "budget", "daily cap") == [
+        "daily cap", "tenant", "lifetime", "5.000000 USD", "pause",
+        "spent 1.250000 USD; remaining 3.500000 USD",
+    ]  # fmt: skip
+    assert _row(page, "budget", "agents") == [
+        "agents (operator)", "agent (each)", "day", "10,000 tokens", "pause",
+        "nothing spent in this window",
+    ]  # fmt: skip
+    assert "theirs" not in page
+
+
+def test_usage_without_budgets_says_so(team: Team) -> None:
+    page = client_of(team.member).get(reverse("console:usage")).content.decode()
+
+    assert page.count("No budgets: nothing caps this tenant's spend.") == 1

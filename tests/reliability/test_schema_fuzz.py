@@ -64,6 +64,8 @@ from threads.services.logs import log_create
 from threads.services.messages import message_inject
 from threads.services.values import value_set
 from threads.services.webhooks import endpoint_save
+from usage.ledger import Entry, record
+from usage.models import Budget
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
@@ -125,6 +127,7 @@ class World:
     schedule: str
     webhook: str
     delivery: str
+    budget: str
 
 
 def _world() -> World:
@@ -163,6 +166,11 @@ def _world() -> World:
     delivery = WebhookDelivery.objects.create(
         tenant=tenant, endpoint=webhook, event_type="thread.status", payload={"type": "x"}
     )
+    record(Entry(tenant_id=tenant.pk, key="call", kind="model", agent="helper",
+                 thread_id=thread.pk, model="fast", input_tokens=10, cost_micros=5))  # fmt: skip
+    budget = Budget.objects.create(
+        tenant=tenant, name="daily", scope="tenant", window="day", limit_tokens=1_000_000
+    )
     return World(
         key=make_api_key(tenant, role=Role.ADMIN).secret,
         thread=str(thread.pk),
@@ -178,6 +186,7 @@ def _world() -> World:
         schedule=str(schedule.pk),
         webhook=str(webhook.pk),
         delivery=str(delivery.pk),
+        budget=str(budget.pk),
     )
 
 
@@ -233,6 +242,8 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         if path.startswith("/api/v1/schedules/")
         else world.webhook
         if path.startswith("/api/v1/webhooks/")
+        else world.budget
+        if path.startswith("/api/v1/budgets/")
         else world.thread,
         "name": next((name for prefix, name in NAMES.items() if path.startswith(prefix)), ""),
         "message_id": world.message,

@@ -51,6 +51,7 @@ def test_tenant_added_in_admin_gets_a_working_data_key(admin_client: Client) -> 
             "slug": "initech",
             "name": "Initech",
             "is_active": "on",
+            "time_zone": "Europe/Paris",
             "tenancy_membership_set-TOTAL_FORMS": "0",
             "tenancy_membership_set-INITIAL_FORMS": "0",
         },
@@ -58,6 +59,7 @@ def test_tenant_added_in_admin_gets_a_working_data_key(admin_client: Client) -> 
 
     assert response.status_code == 302, response.content[:500]
     tenant = Tenant.objects.get(slug="initech")
+    assert tenant.time_zone == "Europe/Paris"
     sealed = secret_encrypt(tenant=tenant, plaintext=b"v", context="admin-test")
     assert secret_decrypt(tenant=tenant, ciphertext=sealed, context="admin-test") == b"v"
 

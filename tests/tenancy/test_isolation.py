@@ -53,6 +53,8 @@ from threads.services.messages import message_inject
 from threads.services.values import value_set
 from threads.services.webhooks import endpoint_save
 from threads.state import ThreadState
+from usage.ledger import Entry, record
+from usage.models import Budget, BudgetCounter
 
 pytestmark = pytest.mark.django_db
 
@@ -200,6 +202,17 @@ def _owned_children(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(parent.id)}
 
 
+def _owned_budget(tenant: Tenant) -> str:
+    """A budget of the tenant with a counter (its standing must not leak)."""
+    budget = Budget.objects.create(
+        tenant=tenant, name="private", scope="agent", window="day", limit_tokens=10
+    )
+    BudgetCounter.objects.create(
+        tenant=tenant, budget=budget, subject="helper", window_start=0, spent_tokens=3
+    )
+    return str(budget.pk)
+
+
 # Route name -> builds an object of the given tenant and returns the URL kwargs.
 OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-detail": lambda tenant: {"pk": str(make_thread(tenant).id)},
@@ -225,6 +238,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-fs-stats": _owned_thread,
     "thread-turns": _owned_thread,
     "thread-turns-wait": _owned_thread,
+    "thread-turns-estimate": _owned_thread,
     "thread-children": _owned_children,
     "thread-variables": _owned_variable_request,
     "thread-actions": _owned_thread,
@@ -253,6 +267,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "webhook-rotate-secret": lambda tenant: {"pk": _owned_webhook(tenant)},
     "webhook-deliveries": lambda tenant: {"pk": _owned_webhook(tenant)},
     "webhook-redeliver": _owned_delivery,
+    "budget-detail": lambda tenant: {"pk": _owned_budget(tenant)},
 }
 
 
@@ -287,6 +302,8 @@ def _tenant_state(tenant: Tenant) -> object:
         list(WebhookEndpoint.objects.for_tenant(tenant).values()),
         list(WebhookDelivery.objects.for_tenant(tenant).values()),
         list(SubagentLink.objects.for_tenant(tenant).values()),
+        list(Budget.objects.for_tenant(tenant).values()),
+        list(BudgetCounter.objects.for_tenant(tenant).values()),
     )
 
 
@@ -354,6 +371,23 @@ def test_other_tenants_objects_never_appear_in_lists(
     listed = client_for(other_tenant, Role.ADMIN).get("/api/v1/api-keys").json()
 
     assert "a-only" not in {item["name"] for item in listed["results"]}
+
+
+def test_other_tenants_budgets_and_usage_never_appear(
+    tenant: Tenant, other_tenant: Tenant, client_for: Callable[..., APIClient]
+) -> None:
+    _owned_budget(tenant)
+    record(Entry(tenant_id=tenant.pk, key="a-only", kind="model", agent="private",
+                 input_tokens=7, cost_micros=1))  # fmt: skip
+    intruder = client_for(other_tenant, Role.ADMIN)
+
+    budgets = intruder.get("/api/v1/budgets").json()
+    usage = intruder.get("/api/v1/usage", {"group_by": "agent"}).json()
+    exported = intruder.get("/api/v1/usage/export", {"group_by": "agent"})
+
+    assert budgets["results"] == []
+    assert usage["results"] == []
+    assert b"private" not in b"".join(exported.streaming_content)  # type: ignore[attr-defined]
 
 
 # WebSocket paths ------------------------------------------------------------------------------

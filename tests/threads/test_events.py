@@ -304,10 +304,10 @@ def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
         "thread.created", "thread.status", "queue.changed",
         "turn.started", "thread.status", "queue.changed", "message.created",
         "step.started", "message.created", "model.requested", "message.updated",
-        "model.completed", "permission.evaluated", "tool.started", "message.created",
-        "tool.result", "step.completed",
+        "model.completed", "cost.recorded", "permission.evaluated", "tool.started",
+        "message.created", "tool.result", "step.completed",
         "step.started", "message.created", "model.requested", "message.updated",
-        "model.completed", "step.completed", "side.completed",
+        "model.completed", "cost.recorded", "step.completed", "side.completed",
         "thread.status", "turn.completed",
     ]  # fmt: skip
     sequences = [sequence for sequence, _ in _log(thread)]

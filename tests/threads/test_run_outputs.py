@@ -147,6 +147,8 @@ def _the_queue(api: Checked, thread: Thread) -> None:
     third = api.call("post", f"{PART}turns", f"{base}/turns", {"input": {"content": "three"}})
     waited = api.call("post", f"{PART}turns/wait", f"{base}/turns/wait?timeout=0",
                       {"input": {"content": "four"}})  # fmt: skip
+    estimated = api.call("post", f"{PART}turns/estimate", f"{base}/turns/estimate",
+                         {"content": "five"})  # fmt: skip
     api.call("post", f"{TURN}/promote", f"/api/v1/turns/{third['id']}/promote")
     api.call("delete", TURN, f"/api/v1/turns/{third['id']}")
     api.call("post", f"{TURN}/cancel", f"/api/v1/turns/{sent['turn_id']}/cancel")
@@ -154,6 +156,7 @@ def _the_queue(api: Checked, thread: Thread) -> None:
     api.call("post", f"{PART}stop", f"{base}/stop")
     assert waited["done"] is False
     assert len(read["queued_turns"]) == 2
+    assert estimated["would"] == "run"
 
 
 def _effects(api: Checked, thread: Thread) -> None:

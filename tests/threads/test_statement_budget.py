@@ -93,5 +93,8 @@ def test_a_run_commits_each_step_of_its_work_once(engine: Engine) -> None:
     statements = _statements(driven)
     transactions = _transactions(statements)
     assert len(transactions) == 7  # taken, pending, answer, tool, pending, answer, end
-    assert transactions[3] == ["WITH", "INSERT", "WITH"]  # the result, its log, the events
-    assert len(statements) == 37
+    # The result, its log, its ledger row (with its rollups), the events.
+    assert transactions[3] == ["WITH", "INSERT", "WITH", "WITH"]
+    # Each model call, tool call and the turn add their ledger row to a write that was
+    # there anyway (usage.ledger); with no budget, no reservation is made.
+    assert len(statements) == 41

@@ -190,8 +190,8 @@ def _served(view_class: type[RunCodeView]) -> AsyncView:
             return response
         try:
             body = await code_endpoint_run(
-                source=response.source, options=response.options, lease=response.lease,
-                budget_s=ENDPOINT_BUDGET_S,
+                thread=response.thread, source=response.source, options=response.options,
+                lease=response.lease, budget_s=ENDPOINT_BUDGET_S,
             )  # fmt: skip
         except DomainError as error:
             return domain_error_response(error)

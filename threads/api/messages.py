@@ -44,6 +44,7 @@ from threads.services.messages import (
     message_update,
     messages_of,
 )
+from threads.services.spending import work_admit
 from threads.services.status import turn_json
 
 
@@ -59,7 +60,23 @@ class MessageListQuery(serializers.Serializer[Any]):
     )  # fmt: skip
 
 
-class MessageSendInput(StrictInput):
+class EndUserField(serializers.CharField):
+    """The end user a turn is for: a string of at most 200 characters (a number is not
+    one). Left out, null or empty: the thread's ``user_id``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "the end user the turn is for (usage and budgets count "
+                          "it); left out: the thread's `user_id`")  # fmt: skip
+        super().__init__(required=False, allow_null=True, allow_blank=True, max_length=200,
+                         trim_whitespace=False, **kwargs)  # fmt: skip
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class MessageInput(StrictInput):
     content = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, trim_whitespace=False
     )
@@ -70,6 +87,10 @@ class MessageSendInput(StrictInput):
     )  # fmt: skip
     silent = serializers.BooleanField(default=False)
     metadata = serializers.DictField(required=False, help_text="the message's metadata")
+
+
+class MessageSendInput(MessageInput):
+    user = EndUserField()
 
 
 class ContinueInput(StrictInput):
@@ -138,6 +159,7 @@ class MessageUpdateInput(StrictInput):
 SEND_DESCRIPTION = (
     "Answers 202 at once with the queued turn that will run the agent. `user` (default) and "
     "`system` messages call on side A, `assistant` on side B. A user message lifts a stop. "
+    "The body's `user` names the end user the turn is for (default: the thread's `user_id`). "
     "A repeat with the same `Idempotency-Key` answers the first answer and queues nothing."
 )
 STOP_DESCRIPTION = (
@@ -189,10 +211,12 @@ class MessageListView(ThreadScopedView):
             raise terminated_error()
 
         def send() -> tuple[int, dict[str, Any]]:
+            work_admit(thread=thread, user=data.get("user"))
             refs = attachments_store(thread=thread, items=data.get("attachments", []))
             turn = message_queue(
                 thread=thread, role=data["role"], content=data.get("content"),
                 attachments=refs, silent=data["silent"], metadata=data.get("metadata"),
+                user=data.get("user"),
             )  # fmt: skip
             return status.HTTP_202_ACCEPTED, queued_json(turn)
 
@@ -264,6 +288,7 @@ class ContinueView(ThreadScopedView):
         side = payload.validated_data["side"]
 
         def queue() -> tuple[int, dict[str, Any]]:
+            work_admit(thread=self.thread())
             turn = continue_queue(thread=self.thread(), side=side)
             return status.HTTP_202_ACCEPTED, queued_json(turn)
 

@@ -107,10 +107,22 @@ class TurnSerializer(serializers.Serializer[Any]):
     joined_turn_id = serializers.UUIDField(
         allow_null=True, help_text="the running turn this input joined (drained into it)"
     )
+    user = serializers.CharField(
+        allow_null=True,
+        help_text="the end user it is for (the body's `user`, else the thread's `user_id`); "
+        "null: none",
+    )
     message_ids = serializers.ListField(
         child=serializers.UUIDField(),
         required=False,
         help_text="the messages it wrote, in order (on a turn read by itself or in a list)",
+    )
+    routing_limit_summary = serializers.DictField(
+        required=False,
+        help_text="on a turn read by itself: where the budgets its calls spend against stand "
+        "(`cost_state` within|near|exhausted; `budgets`: each one's limit, spent, reserved "
+        "and remaining), what it waits for (`waiting`: reason budget|quota, the budget, "
+        "`retry_at`), and the tenant's quotas (docs/usage.md)",
     )
 
 

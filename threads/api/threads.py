@@ -196,6 +196,11 @@ class ThreadReadSerializer(ThreadSerializer):
     last_outcome = TurnOutcomeSerializer(allow_null=True)
     pending_requests = PENDING_REQUEST
     incidents = IncidentSerializer(many=True, help_text="the newest few, newest first")
+    routing_limit_summary = serializers.DictField(
+        help_text="where the budgets of its work stand (`cost_state` within|near|exhausted; "
+        "`budgets`: limit, spent, reserved, remaining of each), what its active turn waits "
+        "for (`waiting`), and the tenant's quotas (docs/usage.md)"
+    )
 
 
 class ThreadDeletedSerializer(serializers.Serializer[Any]):

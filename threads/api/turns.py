@@ -24,12 +24,13 @@ from threads.api.base import (
     TurnScopedView,
     idempotent,
 )
-from threads.api.messages import MessageSendInput
+from threads.api.messages import EndUserField, MessageInput
 from threads.api.run_outputs import QueuedMessageSerializer, TurnSerializer
 from threads.models import RunStatus, Turn, TurnSource, TurnStrategy
 from threads.services.attachments import attachments_store
 from threads.services.control import turn_cancel
 from threads.services.inbox import message_queue, queued_message_fields
+from threads.services.spending import routing_limit_summary, work_admit
 from threads.services.status import turn_json
 from threads.services.turns import turn_list, turn_message_ids, turn_promote_queued, turn_remove
 
@@ -49,7 +50,8 @@ CANCEL_DESCRIPTION = (
 
 
 class TurnSubmitInput(StrictInput):
-    input = MessageSendInput(help_text="the message: content, role, attachments, silent, metadata")
+    input = MessageInput(help_text="the message: content, role, attachments, silent, metadata")
+    user = EndUserField()
     multitask_strategy = serializers.ChoiceField(
         choices=TurnStrategy.choices, default=TurnStrategy.ENQUEUE
     )
@@ -98,12 +100,13 @@ def submit_turn(view: ThreadScopedView, request: Request) -> tuple[Response, Tur
     created: list[Turn] = []
 
     def submit() -> tuple[int, dict[str, Any]]:
+        work_admit(thread=thread, user=data.get("user"))
         refs = attachments_store(thread=thread, items=given.get("attachments", []))
         turn = message_queue(
             thread=thread, role=given["role"], content=given.get("content"),
             attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
             source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
-            turn_metadata=data.get("metadata"),
+            turn_metadata=data.get("metadata"), user=data.get("user"),
         )  # fmt: skip
         created.append(turn)
         return status.HTTP_202_ACCEPTED, submitted_json(turn)
@@ -147,8 +150,11 @@ NOT_QUEUED = error_response(409, "The turn is not queued")
 class TurnDetailView(TurnScopedView):
     @extend_schema(summary="Get a turn", responses=TurnSerializer, operation_id="turns_retrieve")
     def get(self, request: Request, turn_id: str) -> Response:
-        """The turn: status, outcome, error, usage and the ids of the messages it wrote."""
-        return Response(_detail(self.turn()))
+        """The turn: status, outcome, error, usage, the ids of the messages it wrote, and
+        where the budgets it spends against stand (``routing_limit_summary``)."""
+        turn = self.turn()
+        summary = routing_limit_summary(thread=turn.thread, turn=turn)
+        return Response({**_detail(turn), "routing_limit_summary": summary})
 
     @extend_schema(
         summary="Remove a queued turn", description=REMOVE_DESCRIPTION,

@@ -261,6 +261,42 @@ class WebhookDisabled(TypedDict):
     reason: str
 
 
+class CostRecorded(TypedDict):
+    """A model call's spend entered the usage ledger: its tokens and its cost in micro-units
+    of ``currency`` (None with ``cost_known`` false: the model has no prices), and the output
+    its reservation allowed (None: no budget applied)."""
+
+    flow_id: str
+    model: str
+    message_id: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_micros: int | None
+    currency: str
+    cost_known: bool
+    reserved_max_output_tokens: int | None
+
+
+class LimitChanged(TypedDict):
+    """A budget's spend passed one of its thresholds (``threshold_percent`` of its limit) in
+    the window that began at ``window_start`` (0: the turn or lifetime window)."""
+
+    flow_id: str
+    limit: str
+    budget_id: str
+    budget: str
+    scope: str
+    subject: str
+    window: str
+    window_start: int
+    threshold_percent: int
+    spent_micros: int
+    spent_tokens: int
+    limit_micros: int | None
+    limit_tokens: int | None
+
+
 class Custom(TypedDict):
     """``state.emit(name, data)``; ``data`` is the tool's JSON value."""
 
@@ -311,6 +347,8 @@ PAYLOADS: dict[EventType, type] = {
     EventType.SUBAGENT_FAILED: SubagentChanged,
     EventType.SUBAGENT_CLOSED: SubagentChanged,
     EventType.WEBHOOK_DISABLED: WebhookDisabled,
+    EventType.COST_RECORDED: CostRecorded,
+    EventType.LIMIT_CHANGED: LimitChanged,
     EventType.CUSTOM: Custom,
 }
 

@@ -56,6 +56,8 @@ class EventType(StrEnum):
     SUBAGENT_FAILED = "subagent.failed"
     SUBAGENT_CLOSED = "subagent.closed"
     WEBHOOK_DISABLED = "webhook.disabled"
+    COST_RECORDED = "cost.recorded"
+    LIMIT_CHANGED = "limit.changed"
     CUSTOM = "custom"
 
 

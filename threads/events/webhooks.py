@@ -32,6 +32,7 @@ WEBHOOK_EVENTS: Final = frozenset(
         EventType.THREAD_STATUS,
         EventType.EFFECT_FAILED,
         EventType.WEBHOOK_DISABLED,
+        EventType.LIMIT_CHANGED,
     }
 )
 

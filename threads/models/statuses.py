@@ -18,7 +18,9 @@ class RunStatus(models.TextChoices):
     RETRYING = "retrying"  # a model call is being retried or a fallback is active
     WAITING_INPUT = "waiting_input"  # the human side is next, or a tool asked for input
     WAITING_PERMISSION = "waiting_permission"  # a tool call waits for approval
-    WAITING_RESOURCE = "waiting_resource"  # read model only: work waits and no worker takes it
+    # A turn paused until a budget or quota has room; in the read model also: work waits and
+    # no worker takes it.
+    WAITING_RESOURCE = "waiting_resource"
     BLOCKED = "blocked"  # a credential (a model's API key) is missing
     LOST = "lost"  # read model only: running, but no worker holds the thread
     TIMED_OUT = "timed_out"  # a person's decision was not made in time
@@ -40,8 +42,11 @@ TURN_TERMINAL = frozenset(
 )
 # A turn in one of these is being run by a flow.
 TURN_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.RETRYING})
-# A turn in one of these rests on a person's decision (an action); no flow runs it.
-TURN_PAUSED = frozenset({RunStatus.WAITING_PERMISSION, RunStatus.WAITING_INPUT})
+# A turn in one of these rests on a person's decision (an action) or waits for a budget or
+# quota to have room (``waiting_resource``); no flow runs it.
+TURN_PAUSED = frozenset(
+    {RunStatus.WAITING_PERMISSION, RunStatus.WAITING_INPUT, RunStatus.WAITING_RESOURCE}
+)
 # What a thread rests in when no turn runs or waits.
 THREAD_REST = frozenset(
     {

@@ -75,6 +75,11 @@ class Turn(ThreadOwned):
     error = models.TextField(blank=True)
     # {input_tokens, output_tokens, total_tokens, cost_usd}; a figure nobody reported is null.
     usage = models.JSONField(null=True, blank=True)
+    # The end user the turn is for (the API's ``user``; the thread's user when not given).
+    user = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # Where a turn paused without an action (a budget's pause) carries on: the step counters
+    # and the acting side, as an action's ``resume`` holds them.
+    resume = models.JSONField(null=True, blank=True)
     # The fence of the flow that took it (None: never taken).
     fence = models.BigIntegerField(null=True, blank=True)
 
@@ -87,7 +92,11 @@ class Turn(ThreadOwned):
                 condition=models.Q(status="queued"),
             ),
             models.Index(fields=["thread", "-created_at"], name="turn_thread_created"),
-        ]
+            models.Index(
+                fields=["tenant"], name="turn_waiting_resource",
+                condition=models.Q(status="waiting_resource"),
+            ),
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         return f"turn {self.id} ({self.status})"

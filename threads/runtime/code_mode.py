@@ -35,6 +35,7 @@ from common.errors import DomainError
 from threads.models import Action, ActionStatus
 from threads.services.actions import action_allows, denial_result
 from threads.services.code import code_run, code_started, sandbox_turn
+from threads.services.code_usage import sandbox_charge, sandbox_payer
 
 if TYPE_CHECKING:
     from sandbox import CodeExecution
@@ -179,7 +180,9 @@ def code_mode_run(
     """Run the program of ``code`` call ``call`` with this flow's thread dispatching its tool
     calls (see the module docstring), in its tenant's turn for the sandbox
     (:func:`~threads.services.code.sandbox_turn`); its budget, ``CODE_TOOL_TIMEOUT_S``, counts
-    from its start on a runner. Raises CodePaused when a call needs a person."""
+    from its start on a runner. However it ends, the program leaves its ledger row
+    (:func:`~threads.services.code_usage.sandbox_charge`, named ``code``). Raises CodePaused when a
+    call needs a person."""
     program = _Program(runner, call, pausable, replay)
     requests: queue.Queue[Any] = queue.Queue()
     counter = iter(range(1_000_000))
@@ -207,6 +210,8 @@ def code_mode_run(
         execution.add_done_callback(lambda _result: requests.put(_DONE))
         code_started(execution, wait_s=wait_s)
         diverged = _serve(program, execution, requests, budget_s=budget_s)
+    sandbox_charge(execution, payer=sandbox_payer(thread=flow.thread, turn=flow.turn),
+                   name=call.name)  # fmt: skip
     if diverged is not None:
         return ToolResult.failure(diverged.message, code=diverged.code)
     if program.paused is not None:

@@ -68,6 +68,7 @@ from threads.services.logs import log_create
 from threads.services.recovery import close_unanswered_calls
 from threads.services.status import thread_rest, turn_fail_crashed, turn_resume
 from threads.services.subagents import awaits_release, session_end
+from usage import budgets
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ def _drive(
         ):
             runtime = runtime or Runtime(release_connection=True)
             with busy_pool_waited_out():  # out of connections is not an outage
-                _run_flows(thread, fence, runtime, abort, result, next_turn_id=next_turn_id)
+                _run_flows(thread, fence, runtime, abort, result, next_turn_id=next_turn_id,
+                           lease=(lock.key, lock.token))  # fmt: skip
     except StaleFence as error:
         result.stale = True
         logger.warning("thread %s: %s; this worker stops writing", thread_id, error.message)
@@ -220,9 +222,11 @@ def _run_flows(
     result: DriveResult,
     *,
     next_turn_id: Any,
+    lease: tuple[str, str] | None = None,
 ) -> None:
     """Run the thread's turns, one flow each, until none waits. Precondition: ``thread``
-    and ``next_turn_id`` are as :func:`fence_take` read them."""
+    and ``next_turn_id`` are as :func:`fence_take` read them; ``lease`` is the lock's key
+    and token (the flows' spend reservations live as long as it)."""
     flow: Flow | None = None
     pending = next_turn_id is not None
     while not abort.is_set:
@@ -244,7 +248,10 @@ def _run_flows(
             interrupted_turn_end(thread=thread, fence=fence, turn=turn)
             flow, next_turn_id, pending = None, None, True
             continue
-        if turn is not None and turn.pk == thread.paused_turn_id:
+        if turn is not None and turn.pk == thread.paused_turn_id and turn.resume:
+            if not turn_resume(thread=thread, fence=fence, turn=turn):  # a budget's wait
+                return  # it still waits for room: the thread waits without a worker
+        elif turn is not None and turn.pk == thread.paused_turn_id:
             resumption = _answered(thread, fence, turn)
             if resumption is None:
                 return  # a person has yet to decide: the thread waits without a worker
@@ -262,7 +269,7 @@ def _run_flows(
         try:
             flow = Flow(
                 thread, fence=fence, runtime=runtime, abort=abort, turn=turn, resume_side=resume,
-                drive=thread_drive, resumption=resumption,
+                drive=thread_drive, resumption=resumption, lease=lease,
             )  # fmt: skip
             reason = flow.run()
         except (StaleFence, *OUTAGE_ERRORS):
@@ -286,8 +293,8 @@ def _run_flows(
         result.reasons.append(reason)
         if reason in (StopReason.ABORTED_BY_USER, StopReason.TERMINATED):
             return
-        if reason == StopReason.ACTION_REQUIRED:
-            return  # the turn rests on a person's decision; the others wait behind it
+        if reason in (StopReason.ACTION_REQUIRED, StopReason.WAITING_RESOURCE):
+            return  # the turn rests on a person or a budget; the others wait behind it
 
 
 def _answered(thread: Thread, fence: int, turn: Turn) -> Action | None:
@@ -326,6 +333,7 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
         logger.warning("thread %s: taking over a turn whose worker stopped", thread.pk)
         incident = ("takeover", "the worker running this turn stopped; another took it over")
         reason = INTERRUPTED
+    budgets.release_thread(thread_id=thread.pk)  # what its dead flow held reserved
     with transaction.atomic():
         close_unanswered_calls(thread=thread, fence=fence, reason=reason)
         closing = awaits_release(parent=thread)  # its blocking subagent calls were closed too

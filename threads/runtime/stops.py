@@ -38,6 +38,8 @@ class StopReason(StrEnum):
     IDLE = "idle"  # the flow found nothing to do
     ACTION_REQUIRED = "action_required"  # the turn rests on a person's decision (an action)
     ACTION_EXPIRED = "action_expired"  # nobody decided in time and the rule says deny
+    BUDGET_EXCEEDED = "budget_exceeded"  # a budget (policy stop or reject) had no room left
+    WAITING_RESOURCE = "waiting_resource"  # the turn waits for a budget or quota to have room
 
 
 _CANCELLED = frozenset(
@@ -58,6 +60,7 @@ _FAILED = frozenset(
         StopReason.MAX_SIDE_STEPS,
         StopReason.MAX_TOTAL_STEPS,
         StopReason.REPEATED_TOOL_ERROR,
+        StopReason.BUDGET_EXCEEDED,
     }
 )
 # The provider error codes of a model call that has no usable credential (the turn is

@@ -36,6 +36,7 @@ from threads.runtime.tool_calls import (
 )
 from threads.runtime.tool_results import session_mapping, tool_message_store
 from threads.services.code import code_tool_run
+from threads.services.code_usage import sandbox_payer
 from threads.services.control import STOPPED_BY_USER
 
 if TYPE_CHECKING:
@@ -289,6 +290,7 @@ class ToolRunner:
             tenant_id=self.flow.thread.tenant_id, abort=self.flow.execution.abort_signal,
             entry_env=config.env if config is not None else None,
             entry_options=config.options if config is not None else None,
+            payer=sandbox_payer(thread=self.flow.thread, turn=self.flow.turn),
         )  # fmt: skip
 
     def _program(self, call: ToolCall, arguments: dict[str, Any], issuer: Message) -> ToolResult:

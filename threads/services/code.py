@@ -3,7 +3,8 @@ pool, tied to a flow's abort signal; code tools; results in the spec's JSON shap
 start code from the run-code endpoint is :mod:`threads.services.code_endpoint`.
 
 The sandbox itself (``sandbox``) knows nothing of threads: this module is the only door to
-it, so the pool's size, the budgets and the limits have one home.
+it, so the pool's size, the budgets and the limits have one home. Every sandbox call leaves
+one ``sandbox`` row in the usage ledger (:mod:`threads.services.code_usage`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sandbox import (
     default_pool,
     run_code,
 )
+from threads.services.code_usage import SandboxPayer, sandbox_charge
 from threads.services.leases import lease_wait
 
 # The name of the tenant leases that count flows' sandbox calls (threads.services.leases).
@@ -164,6 +166,7 @@ def code_tool_run(
     budget_s: float | None = None,
     entry_env: Mapping[str, str] | None = None,
     entry_options: Mapping[str, Any] | None = None,
+    payer: SandboxPayer | None = None,
 ) -> ToolResult:
     """Run a tenant's code tool: its module's default export is called with the validated
     arguments and ``{env, options}`` (the ``env`` and ``options`` of the prompt's ``tools[]``
@@ -171,7 +174,8 @@ def code_tool_run(
     result: a string as it is, anything else as JSON. An error, a failed link, an overrun of
     memory or of the budget (``CODE_TOOL_TIMEOUT_S``, counted from its start on a runner) is a
     failed call whose message says which. It runs in its tenant's turn (:func:`sandbox_turn`),
-    which raises :class:`SandboxBusy` when it does not come in time."""
+    which raises :class:`SandboxBusy` when it does not come in time. With a ``payer`` (a
+    flow's) the call leaves its ledger row (:mod:`threads.services.code_usage`)."""
     extension = "ts" if tool.language == "typescript" else "js"
     context = {"env": dict(entry_env or {}), "options": dict(entry_options or {})}
     options = {
@@ -184,6 +188,8 @@ def code_tool_run(
         execution = code_run(tool.source, options, abort=abort)
         code_started(execution, wait_s=runner_wait_s)
         result = code_settle(execution, budget_s=budget)
+    if payer is not None:
+        sandbox_charge(execution, payer=payer, name=tool.name)
     if result.status == "success":
         value = plain(result.result)
         problem = unstorable(value)

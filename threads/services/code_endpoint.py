@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 import threading
 import weakref
 from collections.abc import Mapping
@@ -20,14 +21,18 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agents.providers.base import AbortSignal as FlowAbortSignal
+from common.connections import connection_release, connection_returned
 from common.errors import RateLimited, TemporarilyUnavailable
 from threads.models import Thread
 from threads.services.code import code_pool, code_result_json, code_run, code_settle_async
+from threads.services.code_usage import sandbox_charge, sandbox_payer
 from threads.services.leases import Lease, LeaseLimitReached, lease_acquire
 from threads.services.logs import log_create
 
 if TYPE_CHECKING:
-    from sandbox import RunnerPool
+    from sandbox import CodeExecution, RunnerPool
+
+logger = logging.getLogger(__name__)
 
 # The spec's fixed budget for code run from an endpoint (DIGEST §17).
 ENDPOINT_BUDGET_S: Final = 10.0
@@ -36,6 +41,8 @@ RUN_CODE_LEASE: Final = "run-code"
 # A lease outlives its call's longest possible life (waiting for a runner, the budget) by this
 # much, for starting and settling; only a crashed process's lease ever reaches its expiry.
 LEASE_MARGIN_S: Final = 3.0
+# How long the ledger row of a call whose client left waits for its terminated execution.
+CANCELLED_SETTLE_WAIT_S: Final = 5.0
 
 
 # Admission of run-code endpoint calls ---------------------------------------------------------
@@ -181,17 +188,21 @@ async def code_runner_take(slots: RunnerSlots) -> None:
 
 
 async def code_endpoint_run(
-    *, source: str, options: Mapping[str, Any], lease: Lease, budget_s: float = ENDPOINT_BUDGET_S
-) -> dict[str, Any]:
+    *, thread: Thread, source: str, options: Mapping[str, Any], lease: Lease,
+    budget_s: float = ENDPOINT_BUDGET_S,
+) -> dict[str, Any]:  # fmt: skip
     """Run an admitted call (holding ``lease``, one of its tenant's run-code slots) on a free
     runner of this process within ``budget_s``, and answer its result in the spec's JSON
     shape. Preparing the code and encoding its result (CPU work that grows with their size)
-    run on a worker thread, off the event loop.
+    run on a worker thread, off the event loop. The call leaves a ``runCode`` ledger row for
+    ``thread`` (:func:`~threads.services.code_usage.sandbox_charge`; no turn).
 
     The runner slot and the lease are given back however it ends; a cancelled call (the
-    client left) terminates its execution, also one whose start was under way. Raises
-    :class:`TemporarilyUnavailable` when no runner came free in time."""
+    client left) terminates its execution, also one whose start was under way, and its row
+    is recorded on a worker thread. Raises :class:`TemporarilyUnavailable` when no runner
+    came free in time."""
     abort = FlowAbortSignal()
+    execution: CodeExecution | None = None
     try:
         # The first call of a process starts its runner pool, which takes a while: off the loop.
         slots = await sync_to_async(code_slots, thread_sensitive=False)()
@@ -202,12 +213,33 @@ async def code_endpoint_run(
             result = await code_settle_async(execution, budget_s=budget_s)
         finally:
             slots.release()
+        await connection_returned(_endpoint_charge)(execution, thread=thread)
         return await sync_to_async(code_result_json, thread_sensitive=False)(result)
     except asyncio.CancelledError:
         abort.set()
+        if execution is not None:
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(None, _endpoint_charge_abandoned, execution, thread)
         raise
     finally:
         await sync_to_async(lease.release, thread_sensitive=False)()
+
+
+def _endpoint_charge(execution: CodeExecution, *, thread: Thread) -> None:
+    sandbox_charge(execution, payer=sandbox_payer(thread=thread), name="runCode")
+
+
+def _endpoint_charge_abandoned(execution: CodeExecution, thread: Thread) -> None:
+    """The ledger row of a call whose client left, once its terminated execution settled,
+    on a worker thread that gives its connection back after; a failure is logged (nobody
+    awaits it)."""
+    try:
+        execution.result(timeout=CANCELLED_SETTLE_WAIT_S)
+        _endpoint_charge(execution, thread=thread)
+    except Exception:
+        logger.exception("could not record the ledger row of an abandoned run-code call")
+    finally:
+        connection_release()
 
 
 def code_lease_release_abandoned(checked: asyncio.Future[Any]) -> None:

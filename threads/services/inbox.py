@@ -29,6 +29,7 @@ from threads.services.wakeups import wake_on_commit
 
 QUEUEABLE_ROLES = ("user", "assistant", "system")
 MAX_TOOL_ARGS_BYTES = 256 * 1024
+MAX_USER_CHARS = 200  # Turn.user
 
 
 class ThreadBusy(Conflict):
@@ -63,9 +64,11 @@ def turn_submit(
     host: Turn | None = None,
     outbox: Outbox | None = None,
     wake: bool = True,
+    user: str | None = None,
 ) -> Turn:
     """Submit a turn (submit_turn): it waits in the thread's queue and the thread is woken
-    after commit. Joins the caller's transaction.
+    after commit. Joins the caller's transaction. ``user`` is the end user the turn is for
+    (usage and budgets count it); None or empty: the thread's ``user_id``.
 
     ``strategy`` (see the module docstring): ``reject`` raises ThreadBusy (409) naming the
     turn it would wait behind; ``interrupt`` and ``rollback`` ask the active turn to end
@@ -80,9 +83,14 @@ def turn_submit(
             f"multitask_strategy must be one of {', '.join(TurnStrategy.values)}",
             field="multitask_strategy",
         )
+    if user is not None and (not isinstance(user, str) or len(user) > MAX_USER_CHARS):
+        raise ValidationFailed(
+            f"user must be a string of at most {MAX_USER_CHARS} characters", field="user"
+        )
     turn = Turn(
         tenant_id=thread.tenant_id, thread=thread, kind=kind, source=source, strategy=strategy,
         payload=dict(payload), metadata=check_metadata(metadata or {}), host=host,
+        user=user or thread.user_id,
     )  # fmt: skip
     with transaction.atomic():
         active: Turn | None = None
@@ -141,6 +149,7 @@ def message_queue(
     host: Turn | None = None,
     outbox: Outbox | None = None,
     wake: bool = True,
+    user: str | None = None,
 ) -> Turn:
     """Submit a message as a turn (POST .../messages, POST .../turns, ``state.queue_message``);
     the message is persisted when its turn runs, before its next model call. A ``user``
@@ -168,6 +177,7 @@ def message_queue(
     return turn_submit(
         thread=thread, kind=TurnKind.MESSAGE, payload=payload, source=source, strategy=strategy,
         metadata=turn_metadata, clear_stop=role == "user", host=host, outbox=outbox, wake=wake,
+        user=user,
     )  # fmt: skip
 
 

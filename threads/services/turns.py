@@ -34,6 +34,7 @@ from threads.services.control import paused_turn
 from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
 from threads.services.messages import StoredMessage, stored_json
+from threads.services.spending import routing_limit_summary
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
 from threads.services.variable_requests import pending_variable_requests
 
@@ -175,8 +176,8 @@ def read_status(thread: Thread) -> str:
     """The thread's status as the read model shows it: the stored status, refined where
     only a read can know: ``lost`` (a turn runs but no worker holds the thread), ``stale``
     (the lock store cannot be asked), ``streaming`` (a model answer is being streamed),
-    ``waiting_resource`` (turns have waited past twice the sweep interval and no worker
-    holds the thread)."""
+    ``waiting_resource`` (stored while a turn waits for a budget or quota; derived when turns
+    have waited past twice the sweep interval and no worker holds the thread)."""
     stored = thread.status
     if stored in TURN_ACTIVE:
         live = _worker_holds(thread)
@@ -212,7 +213,7 @@ _DERIVED_FROM = {
     RunStatus.STREAMING: (RunStatus.RUNNING,),
     RunStatus.LOST: tuple(TURN_ACTIVE),
     RunStatus.STALE: tuple(TURN_ACTIVE),
-    RunStatus.WAITING_RESOURCE: (RunStatus.QUEUED,),
+    RunStatus.WAITING_RESOURCE: (RunStatus.QUEUED, RunStatus.WAITING_RESOURCE),
 }
 # Stored statuses the read model may show as a derived one instead.
 _REFINED = frozenset({RunStatus.RUNNING, RunStatus.RETRYING, RunStatus.QUEUED})
@@ -263,4 +264,5 @@ def thread_read_model(*, thread: Thread) -> dict[str, Any]:
             *pending_variable_requests(thread=thread),
         ],
         "incidents": [{"at": row.created_at, **row.data} for row in incidents[:INCIDENTS_SHOWN]],
+        "routing_limit_summary": routing_limit_summary(thread=thread, turn=active),
     }

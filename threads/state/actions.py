@@ -14,6 +14,7 @@ from threads.events import publish
 from threads.models import EffectStatus
 from threads.runtime.invoke import tool_invoke
 from threads.services.code import code_run
+from threads.services.code_usage import ChargedExecution, sandbox_payer
 from threads.services.control import thread_terminate
 from threads.services.effects import effect_cancel, effect_schedule, effects_of, pending_json
 from threads.services.inbox import tool_queue
@@ -21,7 +22,6 @@ from threads.services.subagents import StopSession
 from threads.state.base import StateBase
 
 if TYPE_CHECKING:
-    from sandbox import CodeExecution
     from threads.state.thread_state import ThreadState
 
 
@@ -90,12 +90,17 @@ class ActionsMixin(StateBase):
         except (NotFound, ValidationError, ValueError):
             return False
 
-    def run_code(self, source: str, options: Mapping[str, Any] | None = None) -> CodeExecution:
+    def run_code(self, source: str, options: Mapping[str, Any] | None = None) -> ChargedExecution:
         """Run ``source`` in a fresh QuickJS sandbox (spec runtime §13, DIGEST §17); returns the
         handle at once: ``result()`` (or ``await``), ``terminate(reason)``, ``running``,
-        ``reports``. Inside a flow, stopping or terminating the flow terminates it."""
+        ``reports``. Inside a flow, stopping or terminating the flow terminates it. Collecting
+        its result records its ``runCode`` ledger row for the thread (and the flow's turn)."""
         abort = self.execution.abort_signal if self.execution is not None else None
-        return code_run(source, options, abort=abort)
+        turn = self._flow.turn if self._flow is not None else None
+        return ChargedExecution(
+            code_run(source, options, abort=abort),
+            payer=sandbox_payer(thread=self._thread, turn=turn), name="runCode",
+        )  # fmt: skip
 
     def terminate(self) -> None:
         """Soft-terminate (spec runtime §10): later sends are refused (409), in-flight work

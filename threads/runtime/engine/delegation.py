@@ -82,6 +82,7 @@ def handoff_apply(flow: Flow) -> None:
     assert agent is not None
     thread_fenced_update(thread=flow.thread, fence=flow.fence, agent_name=agent.name)
     flow.agent = agent
+    flow.spend_scope = None  # its calls now spend for the new agent
     event_publish(
         flow,
         "thread.updated",

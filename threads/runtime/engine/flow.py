@@ -36,6 +36,7 @@ from threads.runtime.engine.base import Runtime, Side, StepFailed
 from threads.runtime.engine.delegation import Handoff, handoff_request, subprompt_run
 from threads.runtime.engine.loop import abort_finish, counters_restore, loop_run
 from threads.runtime.engine.model_call import error_code
+from threads.runtime.engine.spend import SpendHalt, spend_turn
 from threads.runtime.engine.subagents import DriveChild, subagent_call
 from threads.runtime.engine.writes import event_publish, message_create, tool_log
 from threads.runtime.hooks import HookBlocked, Hooks
@@ -49,6 +50,7 @@ from threads.services.control import child_close
 from threads.services.status import turn_finish, turn_pause
 from threads.services.subagents import StopSession, link_status_set, session_end
 from threads.state import ExecutionState, ThreadState
+from usage.budgets import Scope
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class Flow:
         resume_side: Side | None = None,
         drive: DriveChild | None = None,
         resumption: Action | None = None,
+        lease: tuple[str, str] | None = None,
     ) -> None:
         self.thread = thread
         self.turn = turn
@@ -103,8 +106,14 @@ class Flow:
         self.calling: InFlight | None = None
         # The replays of paused ``code`` calls the resumed step runs again, by call id.
         self.code_replays: dict[str, Replay] = {}
+        # The thread lock's key and token: the flow's spend reservations live as long as it.
+        self.lease = lease
+        self.spend_scope: Scope | None = None
         if resumption is not None:
             counters_restore(self, resumption.resume)
+        elif turn.resume:  # a turn that waited for a budget or quota carries on
+            counters_restore(self, turn.resume)
+            self.resume_side = "b" if turn.resume.get("side") == "b" else "a"
 
     @property
     def aborted(self) -> bool:
@@ -135,6 +144,14 @@ class Flow:
             reason = loop_run(self)
         except ActionNeeded as needed:
             return self._pause(needed, started)
+        except SpendHalt as halt:
+            if halt.policy == "pause":
+                return self._wait(halt, started)
+            self.create_message(
+                role="system", content=f"The turn was stopped: {halt.message}", silent=True,
+                metadata={"flow_id": self.flow_id, "error_code": "budget_exceeded"},
+            )  # fmt: skip
+            reason, error = StopReason.BUDGET_EXCEEDED, halt.message
         except FlowAborted:
             self.execution.stopped = True
             reason = abort_finish(self)
@@ -165,6 +182,7 @@ class Flow:
                       "reason": str(reason), "started_at": started, "ended_at": now_us(),
                       "steps": self.execution.step_count, "agent": self.agent.name},
             )  # fmt: skip
+            spend_turn(self)
             if self.thread.parent_id is not None:
                 close_child = session_end(
                     child=self.thread, turn=self.turn, reason=str(reason),
@@ -214,6 +232,37 @@ class Flow:
             )  # fmt: skip
         self.pending_after = False
         return StopReason.ACTION_REQUIRED
+
+    def _wait(self, halt: SpendHalt, started: int) -> StopReason:
+        """Rest the turn in ``waiting_resource`` until its budget or quota has room: the
+        step that could not call its model starts again when the turn is released (a raised
+        budget, a rolled window: :mod:`threads.services.waits`)."""
+        execution, side = self.execution, self.execution.current_side
+        waiting = {"reason": halt.reason, "message": halt.message, "retry_at": halt.retry_at,
+                   **halt.detail}  # fmt: skip
+        resume = {
+            "side": side, "step": execution.step_count - 1,
+            "side_a_steps": execution.side_a_step_count - (side == "a"),
+            "side_b_steps": execution.side_b_step_count - (side == "b"),
+            "turns": dict(self.turns),
+            "tool_queue": [[name, args] for name, args in execution.tool_queue],
+            "flow_start_seq": self.flow_start_seq, "waiting": waiting,
+        }  # fmt: skip
+        with self.outbox.batch():
+            turn_pause(
+                thread=self.thread, fence=self.fence, turn=self.turn,
+                status=RunStatus.WAITING_RESOURCE, outbox=self.outbox, resume=resume,
+                reason=halt.reason,
+            )  # fmt: skip
+            logs.log_create(
+                thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
+                data={"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
+                      "reason": str(StopReason.WAITING_RESOURCE), "waiting": waiting,
+                      "started_at": started, "ended_at": now_us(),
+                      "steps": execution.step_count, "agent": self.agent.name},
+            )  # fmt: skip
+        self.pending_after = False
+        return StopReason.WAITING_RESOURCE
 
     # What tools, hooks and ThreadState call ----------------------------------------------------
 

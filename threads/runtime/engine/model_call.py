@@ -4,6 +4,7 @@ before and after the call."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -25,12 +26,15 @@ from threads.runtime.context import HistoryOptions, history_to_llm, render_syste
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.agent import side_is_human, system_env
 from threads.runtime.engine.base import Side, StepFailed
+from threads.runtime.engine.spend import SpendHalt, spend_commit, spend_reserve
 from threads.runtime.engine.writes import event_publish, message_create, model_log, stored_role
 from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer
 from threads.runtime.tool_calls import FlowAborted, stored_calls
 from threads.services.messages import history_json, message_delete, message_finish, message_json
 from threads.services.status import turn_retrying
+from usage import budgets
+from usage.budgets import Hold
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow
@@ -100,16 +104,6 @@ def model_call(
     failed and the error logged).
     """
     spec = flow.defs.model(prompt.model)
-    # The pending row, the thread's acting side (what a takeover resumes) and the
-    # model.requested event commit as one.
-    with flow.outbox.batch():
-        pending = message_create(
-            flow, role=stored_role(acting), content=None,
-            status=MessageStatus.PENDING, side=acting, parent=parent,
-            metadata={"flow_id": flow.flow_id, "prompt": prompt.name},
-            acting_side=acting if parent is None else None,
-        )  # fmt: skip
-        timer = CallTimer(pending, partial(event_publish, flow), on_retry=partial(_retrying, flow))
     request = ProviderRequest(
         messages=messages,
         tools=[tool.spec for tool in tools.values()],
@@ -120,6 +114,44 @@ def model_call(
         else None,
         metadata={"thread_id": str(flow.thread.pk), "flow_id": flow.flow_id},
     )
+    try:
+        hold = spend_reserve(flow, spec, request)  # before any row: a halt leaves nothing
+    except SpendHalt as halt:
+        if parent is None:
+            raise  # the turn pauses or ends (Flow.run)
+        # A subprompt's call: its tool fails, and the next step's own call halts the turn.
+        raise StepFailed(ProviderError(halt.message, code="budget_exceeded")) from None
+    if hold.max_output_tokens is not None:
+        request = dataclasses.replace(request, max_output_tokens=hold.max_output_tokens)
+    try:
+        return _called(flow, prompt, acting, request, hooks, hold, parent=parent,
+                       stop_side=stop_side)  # fmt: skip
+    finally:
+        budgets.release(hold)  # a no-op once committed
+
+
+def _called(
+    flow: Flow,
+    prompt: PromptDoc,
+    acting: Side,
+    request: ProviderRequest,
+    hooks: Hooks,
+    hold: Hold,
+    *,
+    parent: Message | None,
+    stop_side: SideConfig | None,
+) -> tuple[Message, ProviderResponse]:
+    spec = flow.defs.model(prompt.model)
+    # The pending row, the thread's acting side (what a takeover resumes) and the
+    # model.requested event commit as one.
+    with flow.outbox.batch():
+        pending = message_create(
+            flow, role=stored_role(acting), content=None,
+            status=MessageStatus.PENDING, side=acting, parent=parent,
+            metadata={"flow_id": flow.flow_id, "prompt": prompt.name},
+            acting_side=acting if parent is None else None,
+        )  # fmt: skip
+        timer = CallTimer(pending, partial(event_publish, flow), on_retry=partial(_retrying, flow))
     _checkpoint(flow, pending)
     flow.idle()  # the connection goes back to the pool while the model thinks
     try:
@@ -169,6 +201,7 @@ def model_call(
         model_log(
             flow, prompt, result.spec, timer, result.response, attempts=result.failed_attempts
         )
+        spend_commit(flow, hold, result, finished)
     return finished, response
 
 

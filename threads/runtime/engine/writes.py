@@ -14,6 +14,7 @@ from agents.providers.chain import FailedAttempt
 from agents.registry import HookName, ToolResult
 from common.errors import Conflict
 from threads.models import Message
+from threads.runtime.engine.spend import spend_tool
 from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer, model_log_data, tool_log_data
 from threads.runtime.tool_calls import FlowAborted
@@ -95,6 +96,7 @@ def tool_log(
         thread=flow.thread, kind="tool", data=data, message=stored, fence=flow.fence,
         outbox=flow.outbox, id=log_id,
     )  # fmt: skip
+    spend_tool(flow, call.id, call.name)
 
 
 def _log_context(flow: Flow) -> dict[str, Any]:

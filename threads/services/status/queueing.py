@@ -38,12 +38,13 @@ _ENQUEUE = (
     "updated_at = %(now)s, stop_requested = stop_requested AND NOT %(clear)s "
     "WHERE id = %(thread)s AND terminated_at IS NULL RETURNING id, status), "
     "ins AS (INSERT INTO threads_turn (id, tenant_id, thread_id, position, host_id, kind, "
-    "source, strategy, payload, metadata, status, cancel_requested, created_at, outcome, error) "
+    "source, strategy, payload, metadata, status, cancel_requested, created_at, outcome, error, "
+    '"user") '
     "SELECT %(id)s, %(tenant)s, t.id, CASE WHEN %(front)s THEN LEAST(nextval("
     "'threads_turn_position_seq'), (SELECT MIN(position) - 1 FROM threads_turn w "
     "WHERE w.thread_id = t.id AND w.status = 'queued' AND w.host_id IS NULL)) "
     "ELSE nextval('threads_turn_position_seq') END, %(host)s, %(kind)s, %(source)s, "
-    "%(strategy)s, %(payload)s, %(metadata)s, 'queued', '', %(now)s, '', '' FROM t "
+    "%(strategy)s, %(payload)s, %(metadata)s, 'queued', '', %(now)s, '', '', %(user)s FROM t "
     "RETURNING position) "
     "SELECT ins.position, t.status FROM ins, t"
 )
@@ -69,7 +70,8 @@ def turn_enqueue(
              "thread": thread.pk, "id": turn.pk, "tenant": thread.tenant_id, "front": front,
              "kind": turn.kind, "source": turn.source, "strategy": turn.strategy,
              "payload": from_json.get_db_prep_save(turn.payload, connection),
-             "metadata": from_json.get_db_prep_save(turn.metadata, connection)},
+             "metadata": from_json.get_db_prep_save(turn.metadata, connection),
+             "user": turn.user},
         )  # fmt: skip
         row = cursor.fetchone()
         if row is None:

@@ -27,6 +27,7 @@ THREAD_TRANSITIONS: Mapping[str, frozenset[str]] = {
     S.RUNNING: frozenset({S.RETRYING, S.QUEUED, S.CANCELLED} | REST | PAUSED),
     S.RETRYING: frozenset({S.RUNNING, S.QUEUED, S.CANCELLED} | REST | PAUSED),
     S.WAITING_PERMISSION: frozenset({S.QUEUED, S.CANCELLED} | REST),
+    S.WAITING_RESOURCE: frozenset({S.QUEUED, S.CANCELLED} | REST),
 }
 TURN_TRANSITIONS: Mapping[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.RUNNING, S.CANCELLED}),
@@ -46,8 +47,6 @@ NOT_STORED: Mapping[str, str] = {
     S.STREAMING: "read model only: a model answer of the running turn is pending",
     S.LOST: "read model only: a turn runs and no worker holds the thread's lock",
     S.STALE: "read model only: the lock store cannot be asked whether a worker is alive",
-    S.WAITING_RESOURCE: "read model only: turns waited past twice the sweep interval and no "
-    "worker holds the thread",
 }
 
 
@@ -69,6 +68,7 @@ def turn_json(turn: Turn, *, message_ids: Sequence[str] | None = None) -> dict[s
         "error": turn.error or None,
         "usage": turn.usage,
         "joined_turn_id": str(turn.host_id) if turn.host_id else None,
+        "user": turn.user or None,
     }
     if message_ids is not None:
         body["message_ids"] = list(message_ids)

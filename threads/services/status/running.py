@@ -8,7 +8,11 @@ holder runs it on (:func:`turn_resume`). Each writes the thread's status with th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 from django.db import connection, transaction
+from psycopg.types.json import Jsonb
 
 from common.time import now_us
 from threads.events import Outbox, publish
@@ -105,35 +109,48 @@ _PAUSE = (
     "updated_at = %(now)s WHERE id = %(thread)s AND fence = %(fence)s "
     "AND status = ANY(%(active)s) AND EXISTS (SELECT 1 FROM threads_turn WHERE id = %(turn)s "
     "AND status = ANY(%(active)s) AND fence = %(fence)s) RETURNING id) "
-    "UPDATE threads_turn SET status = %(to)s WHERE id = %(turn)s AND EXISTS (SELECT 1 FROM t)"
+    "UPDATE threads_turn SET status = %(to)s, resume = %(resume)s WHERE id = %(turn)s "
+    "AND EXISTS (SELECT 1 FROM t)"
 )
 
 
 def turn_pause(
-    *, thread: Thread, fence: int, turn: Turn, status: str, outbox: Outbox | None = None
+    *,
+    thread: Thread,
+    fence: int,
+    turn: Turn,
+    status: str,
+    outbox: Outbox | None = None,
+    resume: Mapping[str, Any] | None = None,
+    reason: str = "action_required",
 ) -> None:
-    """Rest the running ``turn`` in ``status`` (``waiting_permission`` or ``waiting_input``)
-    until a person answers: no flow runs it and its thread's other turns wait behind it.
-    With ``thread.status``; joins the caller's transaction. Raises StaleFence."""
+    """Rest the running ``turn`` in ``status`` (``waiting_permission`` or ``waiting_input``
+    until a person answers; ``waiting_resource`` until a budget or quota has room, with
+    where it carries on in ``resume``): no flow runs it and its thread's other turns wait
+    behind it. With ``thread.status`` (its ``reason``); joins the caller's transaction.
+    Raises StaleFence."""
     assert status in PAUSED
     before = thread.status
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             _PAUSE,
             {"to": status, "turn": turn.pk, "active": ACTIVE, "fence": fence,
-             "now": now_us(), "thread": thread.pk},
+             "now": now_us(), "thread": thread.pk,
+             "resume": None if resume is None else cast(Any, Jsonb(dict(resume)))},
         )  # fmt: skip
         paused = cursor.rowcount == 1
         if paused:
             turn.status = thread.status = status
+            turn.resume = dict(resume) if resume is not None else None
             thread.paused_turn_id = turn.pk
-            thread_status_publish(thread, before, "action_required", outbox)
+            thread_status_publish(thread, before, reason, outbox)
     if not paused:
         raise StaleFence.of(thread, fence)
 
 
-def turn_release(*, thread: Thread, turn: Turn) -> bool:
-    """A person answered what ``turn`` waited for: it waits in the queue to be resumed (it
+def turn_release(*, thread: Thread, turn: Turn, reason: str = "action_resolved") -> bool:
+    """A person answered what ``turn`` waited for (or its budget or quota has room again,
+    ``reason`` says which): it waits in the queue to be resumed (it
     stays the thread's paused turn, so it runs before the others), and its thread shows
     ``queued`` unless a stop parks it. With ``queue.changed`` (``resumed``) and the thread's
     status. Precondition: inside ``transaction.atomic`` with the thread row locked. False
@@ -156,7 +173,7 @@ def turn_release(*, thread: Thread, turn: Turn) -> bool:
     turn.status = S.QUEUED
     if row is not None:
         thread.status = row[0]
-        thread_status_publish(thread, before, "action_resolved", None)
+        thread_status_publish(thread, before, reason, None)
     publish(thread, "queue.changed", {"change": "resumed", "item": turn_json(turn)})
     return True
 
@@ -168,8 +185,8 @@ _RESUME = (
     "updated_at = %(now)s WHERE id = %(thread)s AND fence = %(fence)s AND status = 'queued' "
     "AND paused_turn_id = %(turn)s AND EXISTS (SELECT 1 FROM threads_turn WHERE id = %(turn)s "
     "AND status = 'queued') RETURNING id) "
-    "UPDATE threads_turn SET status = 'running', fence = %(fence)s WHERE id = %(turn)s "
-    "AND EXISTS (SELECT 1 FROM t)"
+    "UPDATE threads_turn SET status = 'running', fence = %(fence)s, resume = NULL "
+    "WHERE id = %(turn)s AND EXISTS (SELECT 1 FROM t)"
 )
 
 

@@ -221,7 +221,9 @@ class Turn(TypedDict):
     error: str | None
     usage: TurnUsage | None
     joined_turn_id: str | None
+    user: str | None
     message_ids: NotRequired[list[str]]
+    routing_limit_summary: NotRequired[Json]
 
 
 class SubmittedTurn(Turn):
