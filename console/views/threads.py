@@ -35,6 +35,7 @@ from threads.services.actions import action_respond
 from threads.services.control import thread_stop, turn_cancel
 from threads.services.env import EnvInput
 from threads.services.inbox import message_queue
+from threads.services.spending import work_admit
 from threads.services.threads import thread_list
 from threads.services.turns import read_status, turn_get
 from threads.services.variable_requests import pending_variable_requests
@@ -167,6 +168,7 @@ def message_send(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         if not form.is_valid():
             field, problems = next(iter(form.errors.items()))
             raise ValidationFailed(str(problems[0]), field=field)
+        work_admit(thread=thread)  # the budgets and quotas of the API's submissions
         turn = message_queue(
             thread=thread, role="user", content=form.cleaned_data["content"],
             source=TurnSource.SUBMIT, strategy=form.cleaned_data["multitask_strategy"],

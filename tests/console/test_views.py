@@ -17,6 +17,7 @@ from tests.console.conftest import CAREFUL, CHAT, NEEDY, Team, agents_for, clien
 from tests.factories import make_tenant
 from threads.models import Thread, Turn
 from threads.runtime.lifecycle import thread_open
+from usage.models import Budget, BudgetCounter
 
 pytestmark = pytest.mark.django_db
 
@@ -160,6 +161,29 @@ def test_reject_strategy_refuses_while_a_turn_waits_as_the_api_does(team: Team) 
 
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "thread_busy"
+
+
+def test_a_reject_budget_with_nothing_left_refuses_a_console_message_as_the_api_does(
+    team: Team,
+) -> None:
+    thread = thread_open(tenant=team.tenant, agent_name=CHAT)
+    cap = Budget.objects.create(
+        tenant=team.tenant, name="hard", scope="tenant", window="lifetime", limit_tokens=10,
+        policy="reject",
+    )  # fmt: skip
+    BudgetCounter.objects.create(
+        tenant=team.tenant, budget=cap, subject="", window_start=0, spent_tokens=10
+    )
+
+    answer = client_of(team.member).post(
+        reverse("console:message-send", args=[thread.pk]),
+        {"content": "more", "multitask_strategy": "enqueue"},
+        headers={"Accept": "application/json"},
+    )
+
+    assert answer.status_code == 402
+    assert answer.json()["error"]["code"] == "budget_exceeded"
+    assert not Turn.objects.filter(thread=thread).exists()
 
 
 def test_new_thread_asks_for_the_agents_required_variables(team: Team) -> None:
