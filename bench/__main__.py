@@ -17,6 +17,7 @@ MODULES = [
     "bench.sandbox",
     "bench.background",
     "bench.budgets",
+    "bench.long_threads",
     "bench.peers.suite",
 ]
 # Run only when named: they install another server and take minutes (`make bench peers`).
