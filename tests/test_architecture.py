@@ -21,6 +21,7 @@ PROJECT_PACKAGES = {
     "agents": REPO / "agents",
     "usage": REPO / "usage",
     "threads": REPO / "threads",
+    "retention": REPO / "retention",
     "console": REPO / "console",
     "sandbox": REPO / "sandbox",
 }

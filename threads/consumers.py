@@ -10,6 +10,10 @@ API-key authentications from the client's address (``tenancy.throttling``; the r
 when to retry). A client may send ``ping`` (or ``{"type": "ping"}``) and gets
 ``{"type": "pong"}``.
 
+A thread socket whose ``after`` falls before the part of the log the retention policy kept
+first gets ``{"type": "error", "error": {"code": "events_pruned", ...}}`` (the REST list's
+410), then the events from the oldest kept one on.
+
 A thread socket also reads the log when nothing arrived live for a while
 (``threads.streams.IDLE_RECHECK_S``), so an event whose layer message was dropped reaches it
 even when no later event follows.
@@ -35,6 +39,7 @@ from tenancy.principals import Principal
 from threads.broadcast import unbatched
 from threads.events import EventType, tenant_group, thread_group
 from threads.models import Thread
+from threads.services.events import event_resume_point
 from threads.streams import Delivery, EventCursor
 
 logger = logging.getLogger(__name__)
@@ -165,16 +170,21 @@ class ThreadEventsConsumer(_EventSocket):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        raw_after = (query.get("after") or ["0"])[0]
-        if not raw_after.isdigit():
+        raw_after = (query.get("after") or [""])[0]
+        if raw_after and not raw_after.isdigit():
             await self.close(code=CLOSE_BAD_REQUEST)
             return
+        start, pruned = await database_sync_to_async(event_resume_point)(
+            thread=thread, after=int(raw_after) if raw_after else None
+        )
+        if pruned is not None:
+            await self.send(text_data=json.dumps({"type": "error", "error": pruned.as_dict()}))
         # Subscribe before replaying: what is published meanwhile waits in the layer and is
         # de-duplicated against the replay by the cursor.
         await self._join(thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk))
         reasoning = (query.get("reasoning") or [""])[0] in ("1", "true", "yes")
         self.relaying = asyncio.Lock()
-        self.cursor = EventCursor(thread=thread, after=int(raw_after), reasoning=reasoning)
+        self.cursor = EventCursor(thread=thread, after=start, reasoning=reasoning)
         async for delivery in self.cursor.replay():
             await self._deliver(delivery)
         if thread.terminated_at is not None:

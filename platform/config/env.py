@@ -419,6 +419,20 @@ def usage_quota_settings() -> dict[str, int]:
     }
 
 
+def retention_settings() -> dict[str, int]:
+    """Retention (retention.prune): the operator's default of each tenant's policy, in days,
+    0 meaning keep forever (a tenant's ``RetentionPolicy`` row in the admin overrides each),
+    and the seconds between the beat task's runs."""
+    return {
+        "RETENTION_EVENTS_DAYS": _count("RETENTION_EVENTS_DAYS", 90),
+        "RETENTION_LOGS_DAYS": _count("RETENTION_LOGS_DAYS", 90),
+        "RETENTION_WEBHOOK_DELIVERIES_DAYS": _count("RETENTION_WEBHOOK_DELIVERIES_DAYS", 30),
+        "RETENTION_FINISHED_TURNS_DAYS": _count("RETENTION_FINISHED_TURNS_DAYS", 180),
+        "RETENTION_TERMINATED_THREADS_DAYS": _count("RETENTION_TERMINATED_THREADS_DAYS", 0),
+        "RETENTION_PRUNE_INTERVAL_S": _positive("RETENTION_PRUNE_INTERVAL_S", 3600),
+    }
+
+
 # Secrets -------------------------------------------------------------------
 
 

@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "agents",
     "usage",
     "threads",
+    "retention",
     "console",
     "sandbox",
 ]
@@ -250,6 +251,23 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "fire-schedules": {"task": "threads.fire_schedules", "schedule": EFFECT_SWEEP_INTERVAL_S},
     "sweep-webhooks": {"task": "threads.sweep_webhooks", "schedule": EFFECT_SWEEP_INTERVAL_S},
 }
+# Retention (retention.prune, docs/retention.md): the default of each tenant's policy in
+# days (0: keep forever; a tenant's RetentionPolicy row overrides each), and how the beat task
+# deletes: at most RETENTION_BATCH_ROWS rows per statement and RETENTION_MAX_BATCHES
+# statements of each kind per run, so a backlog drains over several runs and no statement
+# holds its locks for long.
+_retention = env.retention_settings()
+RETENTION_EVENTS_DAYS = _retention["RETENTION_EVENTS_DAYS"]
+RETENTION_LOGS_DAYS = _retention["RETENTION_LOGS_DAYS"]
+RETENTION_WEBHOOK_DELIVERIES_DAYS = _retention["RETENTION_WEBHOOK_DELIVERIES_DAYS"]
+RETENTION_FINISHED_TURNS_DAYS = _retention["RETENTION_FINISHED_TURNS_DAYS"]
+RETENTION_TERMINATED_THREADS_DAYS = _retention["RETENTION_TERMINATED_THREADS_DAYS"]
+RETENTION_PRUNE_INTERVAL_S = _retention["RETENTION_PRUNE_INTERVAL_S"]
+RETENTION_BATCH_ROWS = 1000
+RETENTION_MAX_BATCHES = 100
+CELERY_BEAT_SCHEDULE["retention-prune"] = {
+    "task": "retention.prune", "schedule": float(RETENTION_PRUNE_INTERVAL_S),
+}  # fmt: skip
 # Flows one tenant may run at once across every worker (threads.runtime.driver: counted
 # thread locks); the rest of its threads wait, queued, and are woken as its flows end.
 FLOWS_PER_TENANT = env.flows_per_tenant()

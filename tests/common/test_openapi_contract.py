@@ -12,12 +12,13 @@ METHODS = ("get", "post", "put", "patch", "delete")
 
 # GET operations that answer one thing, not a collection, though their path does not end
 # with an id: the caller, a bundle document, the file tree's totals, a turn's wait and
-# stream, the usage export (a CSV or JSON-lines file).
+# stream, the usage export (a CSV or JSON-lines file), a thread's storage report.
 NOT_COLLECTIONS = {
     "/api/v1/me",
     "/api/v1/bundles/",
     "/api/v1/usage/export/",
     "/api/v1/threads/{thread_id}/fs-stats",
+    "/api/v1/threads/{thread_id}/storage",
     "/api/v1/turns/{turn_id}/wait",
     "/api/v1/turns/{turn_id}/stream",
 }

@@ -226,6 +226,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-logs": _owned_thread,
     "thread-log-detail": _owned_log,
     "thread-events": _owned_events,
+    "thread-storage": _owned_events,
     "thread-endpoint": lambda tenant: {**_owned_thread(tenant), "route": "ping"},
     "thread-kv": _owned_thread,
     "thread-kv-detail": _owned_value,

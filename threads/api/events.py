@@ -16,12 +16,19 @@ for a while (``threads.streams.IDLE_RECHECK_S``: an event whose live message was
 still arrives, even the thread's last); under WSGI it replays the log and ends. A
 terminated thread's stream ends after its events; a request for a terminated thread with
 nothing newer is answered ``204`` (EventSource stops reconnecting).
+
+An ``after`` (or ``Last-Event-ID``) below the part of the log the retention policy kept
+(``threads.services.events.event_pruned_through``) is answered ``410 events_pruned`` as
+JSON; a stream sends an ``event: pruned`` frame with that error instead (its ``id`` the
+highest pruned sequence, so a reconnect resumes past it) and carries on from the oldest
+kept event. Without ``after`` a reader starts at the oldest kept event, told nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,9 +44,9 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from common.errors import ValidationFailed
+from common.errors import DomainError, ValidationFailed
 from common.pagination import LIMIT, MAX_LIMIT, MAX_OFFSET, page_limit, page_response
-from common.schema import page_of
+from common.schema import error_response, page_of
 from common.time import now
 from tenancy.credentials import REVOKED, credential_groups, credentials_expire_at
 from tenancy.viewsets import request_principal
@@ -47,7 +54,12 @@ from threads.api.base import ThreadScopedView
 from threads.broadcast import unbatched
 from threads.events import EventType, thread_group
 from threads.models import Thread
-from threads.services.events import event_envelopes
+from threads.services.events import (
+    event_envelopes,
+    event_pruned_through,
+    event_resume_point,
+    events_pruned,
+)
 from threads.streams import Delivery, EventCursor
 
 EVENT_STREAM = "text/event-stream"
@@ -107,14 +119,15 @@ class EventSerializer(serializers.Serializer[Any]):
     )
 
 
-def _after(request: Request) -> int:
+def _after(request: Request) -> int | None:
     """Where the page starts: ``Last-Event-ID`` (an EventSource reconnecting), else
-    ``?after=``; a 400 naming the one that is not a sequence."""
+    ``?after=``, else None (from the oldest kept event); a 400 naming the one that is not a
+    sequence."""
     field, raw = AFTER, request.query_params.get(AFTER, "")
     if "Last-Event-ID" in request.headers:
         field, raw = "Last-Event-ID", request.headers["Last-Event-ID"].strip()
     if raw == "":
-        return 0
+        return None
     if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_OFFSET:
         raise ValidationFailed(f"must be an event sequence, 0 to {MAX_OFFSET}", field=field)
     return int(raw)
@@ -123,6 +136,13 @@ def _after(request: Request) -> int:
 def _frame(delivery: Delivery) -> bytes:
     head = f"id: {delivery.sequence}\n" if delivery.sequence is not None else ""
     return f"{head}event: {delivery.type}\ndata: {delivery.text}\n\n".encode()
+
+
+def _pruned_frame(error: DomainError, pruned_through: int) -> bytes:
+    """The stream's answer to a resume into the pruned part of the log: the error, with the
+    highest pruned sequence as its ``id`` (an EventSource reconnecting resumes past it)."""
+    data = json.dumps({"error": error.as_dict()})
+    return f"id: {pruned_through}\nevent: pruned\ndata: {data}\n\n".encode()
 
 
 # One 200 of two media types (the schema keeps one description for both): a JSON page, or
@@ -146,10 +166,13 @@ class EventListView(ThreadScopedView):
         " last page: a follower polling the log resumes after the last `sequence` it"
         " received. With `Accept: text/event-stream` the answer is a stream instead (replayed"
         " from `after`, then live); `Last-Event-ID` overrides `after`, and a terminated"
-        " thread with nothing newer answers 204.",
+        " thread with nothing newer answers 204. An `after` below the part of the log the"
+        " retention policy kept answers 410 `events_pruned` (a stream sends an `event: pruned`"
+        " frame instead and carries on from the oldest kept event).",
         parameters=[
             OpenApiParameter(
-                AFTER, int, description="the last sequence already seen (default 0: from the start)"
+                AFTER, int,
+                description="the last sequence already seen (default: from the oldest kept event)",
             ),
             OpenApiParameter(
                 LIMIT, int, description=f"events per page, 1 to {MAX_LIMIT} (default 50)"
@@ -166,6 +189,10 @@ class EventListView(ThreadScopedView):
             (200, "application/json"): EVENT_PAGE,
             (200, "text/event-stream"): SSE_FRAMES,
             204: OpenApiResponse(description="A terminated thread with nothing after `after`"),
+            410: error_response(
+                410, "`events_pruned`: the events up to `details.pruned_through` were deleted"
+                " by the retention policy; resume after it or read the thread's current state",
+            ),
         },
         operation_id="thread_events_list",
     )  # fmt: skip
@@ -175,12 +202,18 @@ class EventListView(ThreadScopedView):
         if request.accepted_renderer.media_type == EVENT_STREAM:
             return _event_stream(request, thread, after)
         limit = page_limit(request)
-        envelopes = event_envelopes(thread=thread, after=after, limit=limit + 1)
+        start = after or 0
+        envelopes = event_envelopes(thread=thread, after=start, limit=limit + 1)
+        if after is not None and (not envelopes or envelopes[0]["sequence"] != after + 1):
+            # Only a page that does not start right after ``after`` can have met pruning.
+            pruned_through = event_pruned_through(thread=thread)
+            if after < pruned_through:
+                raise events_pruned(pruned_through=pruned_through)
         page = envelopes[:limit]
         return page_response(
             page,
             next=_after_link(request, page[-1]["sequence"]) if len(envelopes) > limit else None,
-            previous=_after_link(request, max(after - limit, 0)) if after > 0 else None,
+            previous=_after_link(request, max(start - limit, 0)) if start > 0 else None,
         )
 
 
@@ -191,12 +224,17 @@ def _after_link(request: Request, after: int) -> str:
     return str(replace_query_param(url, AFTER, after))
 
 
-def _event_stream(request: Request, thread: Thread, after: int) -> HttpResponseBase:
-    if thread.terminated_at is not None and not event_envelopes(
-        thread=thread, after=after, limit=1
+def _event_stream(request: Request, thread: Thread, after: int | None) -> HttpResponseBase:
+    start, pruned = event_resume_point(thread=thread, after=after)
+    if (
+        pruned is None
+        and thread.terminated_at is not None
+        and not event_envelopes(thread=thread, after=start, limit=1)
     ):
         return HttpResponse(status=204)
-    return sse_response(request, EventCursor(thread=thread, after=after, reasoning=_opted(request)))
+    cursor = EventCursor(thread=thread, after=start, reasoning=_opted(request))
+    first = [] if pruned is None else [_pruned_frame(pruned, start)]
+    return sse_response(request, cursor, first=first)
 
 
 def _opted(request: Request) -> bool:
@@ -220,17 +258,21 @@ class StreamScope:
 
 
 def sse_response(
-    request: Request, cursor: EventCursor, scope: StreamScope | None = None
+    request: Request,
+    cursor: EventCursor,
+    scope: StreamScope | None = None,
+    *,
+    first: Sequence[bytes] = (),
 ) -> StreamingHttpResponse:
-    """``cursor``'s events as Server-Sent Events: replayed then followed live under ASGI,
-    replayed only under WSGI."""
+    """``cursor``'s events as Server-Sent Events, after the frames ``first``: replayed then
+    followed live under ASGI, replayed only under WSGI."""
     scope = scope or StreamScope()
     principal = request_principal(request)
     credentials = _Credentials(credential_groups(principal), credentials_expire_at(principal))
     content = (
-        _follow(cursor, scope, credentials)
+        _follow(cursor, scope, credentials, first)
         if isinstance(request._request, ASGIRequest)
-        else _replay(cursor, scope)
+        else _replay(cursor, scope, first)
     )
     response = StreamingHttpResponse(content, content_type=EVENT_STREAM)
     response["Cache-Control"] = "no-cache"
@@ -238,8 +280,9 @@ def sse_response(
     return response
 
 
-def _replay(cursor: EventCursor, scope: StreamScope) -> Iterator[bytes]:
+def _replay(cursor: EventCursor, scope: StreamScope, first: Sequence[bytes]) -> Iterator[bytes]:
     """WSGI: the stored events after the cursor, then the end of the stream."""
+    yield from first
     for delivery in cursor.replay_now():
         if scope.keep(delivery):
             yield _frame(delivery)
@@ -268,7 +311,7 @@ REVOKED_FRAME = (
 
 
 async def _follow(
-    cursor: EventCursor, scope: StreamScope, credentials: _Credentials
+    cursor: EventCursor, scope: StreamScope, credentials: _Credentials, first: Sequence[bytes]
 ) -> AsyncIterator[bytes]:
     """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)
     and what the cursor's idle rechecks find, until the scope ends or the credentials go
@@ -284,6 +327,8 @@ async def _follow(
     receiving: asyncio.Task[dict[str, Any]] | None = None
     try:
         yield b"retry: 2000\n\n"
+        for frame in first:
+            yield frame
         async for delivery in cursor.replay():
             if scope.keep(delivery):
                 yield _frame(delivery)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 
 from common.ids import new_id
@@ -96,6 +97,8 @@ class Turn(ThreadOwned):
                 fields=["tenant"], name="turn_waiting_resource",
                 condition=models.Q(status="waiting_resource"),
             ),
+            # Retention finds finished turns by age (a block range index: cheap to keep).
+            BrinIndex(fields=["ended_at"], name="turn_ended_brin"),
         ]  # fmt: skip
 
     def __str__(self) -> str:

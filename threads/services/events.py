@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.errors import ValidationFailed
+from common.errors import DomainError, ValidationFailed
 from threads.events import envelope_of, session_id_of
-from threads.models import Event, Thread
+from threads.models import Event, EventCounter, Thread
 
 MAX_PAGE = 1000
 
@@ -46,3 +46,54 @@ def event_last_sequence(*, thread: Thread) -> int:
         .first()
     )
     return last or 0
+
+
+class EventsPruned(DomainError):
+    """A follower asked for events the retention policy deleted (``details.pruned_through``
+    is the highest of them)."""
+
+    code = "events_pruned"
+    status = 410
+
+
+def event_pruned_through(*, thread: Thread) -> int:
+    """The highest sequence of the thread's log that was deleted (0: none was): the log is
+    gap-free and retention (the ``retention`` app) deletes only a prefix of it, so this is
+    the oldest kept sequence minus one, or, when nothing is kept, the last one handed out.
+    One or two indexed reads."""
+    oldest = (
+        Event.objects.filter(thread_id=thread.pk)
+        .order_by("sequence")
+        .values_list("sequence", flat=True)
+        .first()
+    )
+    if oldest is not None:
+        return int(oldest) - 1
+    last = (
+        EventCounter.objects.filter(thread_id=thread.pk)
+        .values_list("last_sequence", flat=True)
+        .first()
+    )
+    return int(last or 0)
+
+
+def events_pruned(*, pruned_through: int) -> EventsPruned:
+    """The error that tells a follower its ``after`` falls in the pruned part of the log."""
+    return EventsPruned(
+        f"events up to sequence {pruned_through} were pruned by the retention policy; resume "
+        f"from {pruned_through + 1} (after={pruned_through}) or read the thread's current state",
+        details={"pruned_through": pruned_through},
+    )
+
+
+def event_resume_point(*, thread: Thread, after: int | None) -> tuple[int, EventsPruned | None]:
+    """Where a follower's replay starts (the ``after`` of its cursor), and the error to tell
+    it first when its ``after`` falls before the kept log (``after < pruned_through``): it
+    then starts at the oldest kept event. Without an ``after`` (a new follower, not one
+    resuming) it starts at the beginning of what is kept, silently and without a read."""
+    if after is None:
+        return 0, None
+    pruned_through = event_pruned_through(thread=thread)
+    if after < pruned_through:
+        return pruned_through, events_pruned(pruned_through=pruned_through)
+    return after, None
