@@ -109,14 +109,42 @@ def parse_arguments(raw: str, *, tool: str, spec: ModelSpec) -> dict[str, Any]:
     return parsed
 
 
-def status_error(spec: ModelSpec, status: int, detail: str) -> ProviderError:
+# A request longer than the model's context window: OpenAI's error code, and the words of
+# OpenAI, Anthropic ("prompt is too long") and OpenAI-compatible servers (vLLM, llama.cpp).
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+_CONTEXT_WORDS = (
+    "maximum context length",
+    "prompt is too long",
+    "context window",
+    "context length",
+)
+
+
+def status_error(
+    spec: ModelSpec, status: int, detail: str, *, body_code: str | None = None
+) -> ProviderError:
+    """An HTTP error status as a ProviderError; a request over the model's context window
+    has the code ``context_length_exceeded`` (never retried: the same request fails
+    again)."""
+    too_long = status in (400, 413) and (
+        body_code == CONTEXT_LENGTH_EXCEEDED or any(w in detail.lower() for w in _CONTEXT_WORDS)
+    )
     return ProviderError(
         f"{spec.kind} model '{spec.name}' ({spec.model_id}) answered HTTP {status}: {detail}",
-        retryable=is_retryable_status(status),
+        retryable=False if too_long else is_retryable_status(status),
         http_status=status,
         provider=spec.kind,
         model=spec.name,
+        code=CONTEXT_LENGTH_EXCEEDED if too_long else None,
     )
+
+
+def error_code_of(error: Exception) -> str | None:
+    """The provider's own error code from an SDK error's JSON body (OpenAI's ``code``)."""
+    body = getattr(error, "body", None)
+    inner = body.get("error", body) if isinstance(body, Mapping) else None
+    code = inner.get("code") if isinstance(inner, Mapping) else None
+    return code if isinstance(code, str) else None
 
 
 def error_detail(error: Exception) -> str:
@@ -266,7 +294,9 @@ def translate_sdk_error(spec: ModelSpec, error: Exception, sdk: ModuleType) -> P
             code=refusal.code,
         )
     if isinstance(error, sdk.APIStatusError) and error.status_code >= 400:
-        return status_error(spec, error.status_code, error_detail(error))
+        return status_error(
+            spec, error.status_code, error_detail(error), body_code=error_code_of(error)
+        )
     if isinstance(error, sdk.APIStatusError) and 300 <= error.status_code < 400:
         location = error.response.headers.get("location", "")
         return status_error(

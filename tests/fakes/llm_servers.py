@@ -87,6 +87,7 @@ class ErrorReply:
     message: str = "scripted failure"
     error_type: str = "api_error"
     delay_s: float = 0.0
+    code: str | None = None  # OpenAI's error code (``context_length_exceeded``)
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ class FakeOpenAIServer(FakeLLMServer):
                 "message": reply.message,
                 "type": reply.error_type,
                 "param": None,
-                "code": None,
+                "code": reply.code,
             }
         }
 

@@ -386,6 +386,21 @@ def test_http_errors_carry_status_and_retryability(
     assert "overloaded_error: try later" in failure.value.message
 
 
+def test_a_prompt_over_the_context_window_is_named_and_not_retried(
+    anthropic_server: FakeAnthropicServer,
+) -> None:
+    anthropic_server.enqueue(
+        ErrorReply(400, "prompt is too long: 215000 tokens > 200000 maximum",
+                   error_type="invalid_request_error")
+    )  # fmt: skip
+
+    with pytest.raises(ProviderError) as failure:
+        _provider(anthropic_server).generate(HELLO)
+
+    assert (failure.value.code, failure.value.retryable) == ("context_length_exceeded", False)
+    assert "prompt is too long" in failure.value.message
+
+
 @pytest.mark.parametrize("sdk_name", ["openai", "anthropic"])
 def test_a_timeout_is_reported_as_a_retryable_timeout(sdk_name: str) -> None:
     sdk = {"openai": openai, "anthropic": anthropic}[sdk_name]

@@ -270,6 +270,37 @@ def test_http_errors_carry_status_and_retryability(
     assert "invalid_request_error: nope" in failure.value.message
 
 
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ("This model's maximum context length is 128000 tokens.", "context_length_exceeded"),
+        ("This model's maximum context length is 4096 tokens.", None),  # a compatible server
+    ],
+)
+def test_a_request_over_the_context_window_is_named_and_not_retried(
+    openai_server: FakeOpenAIServer, message: str, code: str | None
+) -> None:
+    openai_server.enqueue(ErrorReply(400, message, error_type="invalid_request_error", code=code))
+
+    with pytest.raises(ProviderError) as failure:
+        _provider(openai_server).generate(HELLO)
+
+    assert failure.value.code == "context_length_exceeded"
+    assert failure.value.retryable is False
+    assert message in failure.value.message
+
+
+def test_another_bad_request_keeps_the_provider_error_code(
+    openai_server: FakeOpenAIServer,
+) -> None:
+    openai_server.enqueue(ErrorReply(400, "unknown parameter", error_type="invalid_request_error"))
+
+    with pytest.raises(ProviderError) as failure:
+        _provider(openai_server).generate(HELLO)
+
+    assert failure.value.code == "provider_error"
+
+
 def test_connection_dropped_mid_stream_is_a_retryable_error(
     openai_server: FakeOpenAIServer,
 ) -> None:
