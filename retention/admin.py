@@ -13,16 +13,11 @@ from django.http import HttpRequest
 
 from common.time import now_us
 from retention.models import POLICY_FIELDS, RetentionPolicy
-from tenancy.admin import TenantScopedAdmin
-
-
-def _superuser(request: HttpRequest) -> bool:
-    user = request.user
-    return bool(user.is_active and user.is_staff and user.is_superuser)
+from tenancy.admin import OperatorWritesAdmin
 
 
 @admin.register(RetentionPolicy)
-class RetentionPolicyAdmin(TenantScopedAdmin[RetentionPolicy]):
+class RetentionPolicyAdmin(OperatorWritesAdmin[RetentionPolicy]):
     """A tenant's retention in days per kind of history: empty is the operator's default
     (named next to each field), 0 keeps forever. The next run of ``retention.prune`` applies
     a change."""
@@ -47,15 +42,6 @@ class RetentionPolicyAdmin(TenantScopedAdmin[RetentionPolicy]):
                 f"{default or 'forever'}); 0: forever."
             )
         return field
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return _superuser(request)
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _superuser(request)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _superuser(request)
 
     def save_model(
         self, request: HttpRequest, obj: RetentionPolicy, form: Any, change: bool

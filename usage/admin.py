@@ -13,7 +13,7 @@ from django.http import HttpRequest
 
 from common.errors import ValidationFailed
 from common.time import now_us
-from tenancy.admin import TenantScopedAdmin, format_us
+from tenancy.admin import OperatorWritesAdmin, TenantScopedAdmin, format_us, is_operator
 from tenancy.models import Role
 from usage.budget_settings import budget_changed_send, budget_fields_check, operator_caps_check
 from usage.models import Budget, LedgerEntry, Rollup, TenantQuota
@@ -24,13 +24,8 @@ from usage.signals import budget_changed
 # Quotas ----------------------------------------------------------------------------------------
 
 
-def _superuser(request: HttpRequest) -> bool:
-    user = request.user
-    return bool(user.is_active and user.is_staff and user.is_superuser)
-
-
 @admin.register(TenantQuota)
-class TenantQuotaAdmin(TenantScopedAdmin[TenantQuota]):
+class TenantQuotaAdmin(OperatorWritesAdmin[TenantQuota]):
     """The operator's per-tenant overrides of the quota settings (usage.quotas): only
     superusers add, change or delete them; a tenant's staff see their own tenant's.
     A change applies at once in this process and within ``OVERRIDES_FOR_S`` in others."""
@@ -54,15 +49,6 @@ class TenantQuotaAdmin(TenantScopedAdmin[TenantQuota]):
                 f"(now {setting or 'unlimited'}); 0: unlimited."
             )
         return field
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return _superuser(request)
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _superuser(request)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _superuser(request)
 
     def save_model(self, request: HttpRequest, obj: TenantQuota, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
@@ -153,7 +139,7 @@ class BudgetForm(forms.ModelForm[Budget]):
 
 def _operator_only(request: HttpRequest, budget: Budget | None) -> bool:
     """Operator budgets are the superusers' to change."""
-    return budget is None or not budget.operator or _superuser(request)
+    return budget is None or not budget.operator or is_operator(request)
 
 
 @admin.register(Budget)
@@ -182,7 +168,7 @@ class BudgetAdmin(TenantScopedAdmin[Budget]):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fixed = [] if obj is None else ["tenant"]
-        if not _superuser(request):
+        if not is_operator(request):
             fixed.append("operator")
         return [*super().get_readonly_fields(request, obj), *fixed]
 
@@ -209,7 +195,7 @@ class BudgetAdmin(TenantScopedAdmin[Budget]):
         with transaction.atomic():
             gone = list(queryset.values_list("tenant_id", "id"))
             if any(operator for operator in queryset.values_list("operator", flat=True)) and (
-                not _superuser(request)
+                not is_operator(request)
             ):
                 raise PermissionDenied("operator budgets are the operator's to delete")
             super().delete_queryset(request, queryset)

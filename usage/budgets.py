@@ -19,12 +19,10 @@ predecessors' at once (:func:`release_thread`).
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, cast
 
 from django.db import connection, transaction
@@ -328,25 +326,6 @@ def _reserve(
     return Hold(reservation_id=reservation, parts=parts, max_output_tokens=allowed)
 
 
-def _output_room(
-    cell: Cell, prices: TokenPrices, input_tokens: int, used_micros: int, used_tokens: int
-) -> int:
-    """How many output tokens still fit the cell's budget after ``input_tokens`` in (may be
-    negative: not even the input fits)."""
-    budget = cell.budget
-    room = math.inf
-    if budget.limit_tokens is not None:
-        room = min(room, budget.limit_tokens - used_tokens - input_tokens)
-    if budget.limit_micros is not None:
-        if prices.input is None or prices.output is None:
-            return -1
-        left = Decimal(budget.limit_micros - used_micros) - input_tokens * prices.input
-        room = min(room, math.floor(left / prices.output) if prices.output > 0 else math.inf)
-        if left < 0:
-            room = -1
-    return cast(int, room) if room != math.inf else 1 << 40
-
-
 def _exceeded(cell: Cell, scope: Scope, prices: TokenPrices, *, contended: bool) -> BudgetExceeded:
     budget = cell.budget
     retry_at = next_start(budget.window, cell.window_start, scope.time_zone)
@@ -561,13 +540,27 @@ def dry_run(
     """What :func:`reserve` would decide for a call now, per budget, without reserving: each
     budget's standing with the output it would allow (``allowed_output_tokens``, at most
     ``output_tokens``) and whether the call ``fits`` (allows at least one token)."""
+    cells = _figures(scope, None, None)
+    if not cells:
+        return []
+    # The room each would leave, by the same function usage_reserve decides with.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT usage_room(lm, lt, um, ut, %s, %s::numeric, %s::numeric) FROM "
+            "unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+            "WITH ORDINALITY AS v(lm, lt, um, ut, n) ORDER BY n",
+            [input_tokens, prices.input, prices.output,
+             [cell.budget.limit_micros for cell, _ in cells],
+             [cell.budget.limit_tokens for cell, _ in cells],
+             [figures[0] + figures[2] for _, figures in cells],
+             [figures[1] + figures[3] for _, figures in cells]],
+        )  # fmt: skip
+        rooms = [row[0] for row in cursor.fetchall()]
     found = []
-    for cell, figures in _figures(scope, None, None):
-        spent_m, spent_t, held_m, held_t = figures
-        room = _output_room(cell, prices, input_tokens, spent_m + held_m, spent_t + held_t)
+    for (cell, figures), room in zip(cells, rooms, strict=True):
         found.append(
             {**_standing(cell, figures, scope),
-             "allowed_output_tokens": max(0, min(output_tokens, room)), "fits": room >= 1}
+             "allowed_output_tokens": int(max(0, min(output_tokens, room))), "fits": room >= 1}
         )  # fmt: skip
     return found
 

@@ -204,6 +204,26 @@ class TenantScopedAdmin(MicrosTimes, admin.ModelAdmin[_M]):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+def is_operator(request: HttpRequest) -> bool:
+    """The request is an active superuser's in the admin: the platform's operator."""
+    user = request.user
+    return bool(user.is_active and user.is_staff and user.is_superuser)
+
+
+class OperatorWritesAdmin(TenantScopedAdmin[_M]):
+    """Rows the operator sets for a tenant (quotas, retention): only superusers add, change
+    or delete them; a tenant's staff see their own tenant's."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_operator(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_operator(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_operator(request)
+
+
 def scoped_choices(
     db_field: models.ForeignKey[Any, Any], request: HttpRequest, required: Role
 ) -> QuerySet[Any]:
