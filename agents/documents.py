@@ -210,6 +210,26 @@ class ModelDoc(Strict):
 CODE_MODE_TOOL = "code"
 
 
+class CompactionDoc(Strict):
+    """How a prompt's context is compacted when it nears the model's window
+    (:mod:`compaction`); every field has a default, ``enabled: false`` turns it off."""
+
+    enabled: bool = True
+    # The window in tokens; default: the model's capabilities.max_context_tokens, else the
+    # built-in table of known models (none known: only the reactive trigger applies).
+    context_window: Annotated[int, Field(ge=1_024, le=10_000_000)] | None = None
+    # Compact before a step when the context would pass this fraction of the window.
+    trigger: Annotated[float, Field(ge=0.1, le=0.95)] = 0.8
+    # After a turn, on a quiet thread, compact past this fraction (>= trigger: never).
+    idle_trigger: Annotated[float, Field(ge=0.1, le=1.0)] = 0.6
+    # The newest messages kept verbatim, in tokens (default: a quarter of the window).
+    keep_tail_tokens: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    # Tool results longer than this (characters) are cleared first, keeping a stub.
+    tool_result_max_chars: Annotated[int, Field(ge=200, le=1_000_000)] = 2_000
+    # The model that writes summaries (default: the prompt's own).
+    summarizer_model: Name | None = None
+
+
 class PromptDoc(Strict):
     """``definePrompt``: instructions, a model, tools; every prompt is callable as a tool."""
 
@@ -230,6 +250,7 @@ class PromptDoc(Strict):
     # Offer a ``code`` tool whose programs call this prompt's function tools
     # (threads.runtime.code_mode).
     code_mode: bool = False
+    compaction: CompactionDoc = Field(default_factory=CompactionDoc)
 
     @field_validator("prompt", mode="before")
     @classmethod

@@ -134,6 +134,7 @@ class Prompt(Definition):
     reasoning = models.JSONField(null=True, blank=True)
     hooks = models.JSONField(default=list, blank=True)
     code_mode = models.BooleanField(default=False)
+    compaction = models.JSONField(default=dict, blank=True)
 
     class Meta(Definition.Meta):
         constraints = _unique_name("prompt")

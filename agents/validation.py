@@ -181,6 +181,11 @@ class _Context:
         name = doc.name
         if doc.model not in self.defs.models:
             yield Problem("prompts", name, "model", f"unknown model {doc.model!r}")
+        summarizer = doc.compaction.summarizer_model
+        if summarizer is not None and summarizer not in self.defs.models:
+            yield Problem(
+                "prompts", name, "compaction.summarizer_model", f"unknown model {summarizer!r}"
+            )
         for index, part in enumerate(doc.prompt):
             if isinstance(part, IncludePart) and part.prompt not in self.defs.prompts:
                 yield Problem(

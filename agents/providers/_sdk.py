@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Final, Literal, TypeVar
 import httpx2
 
 from agents.providers.base import (
+    CONTEXT_LENGTH_EXCEEDED,
     AbortSignal,
     ContentDelta,
     ContentDone,
@@ -111,7 +112,6 @@ def parse_arguments(raw: str, *, tool: str, spec: ModelSpec) -> dict[str, Any]:
 
 # A request longer than the model's context window: OpenAI's error code, and the words of
 # OpenAI, Anthropic ("prompt is too long") and OpenAI-compatible servers (vLLM, llama.cpp).
-CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 _CONTEXT_WORDS = (
     "maximum context length",
     "prompt is too long",

@@ -47,6 +47,12 @@ def is_retryable_status(status: int) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+# The error code of a request longer than the model's context window (OpenAI's code; the
+# SDK providers map Anthropic's and compatible servers' words to it, the scripted provider
+# answers it past ``capabilities.max_context_tokens``).
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+
+
 def approximate_tokens(text: str) -> int:
     """The scripted provider's token count: one token per four characters, rounded up."""
     return math.ceil(len(text) / 4)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agents.providers.base import (
+    CONTEXT_LENGTH_EXCEEDED,
     AbortSignal,
     FinishReason,
     ModelSpec,
@@ -278,19 +279,28 @@ class ScriptedProvider:
     """
 
     def __init__(
-        self, source: Script | ScriptRules, *, name: str = "scripted", model_id: str = "scripted"
+        self,
+        source: Script | ScriptRules,
+        *,
+        name: str = "scripted",
+        model_id: str = "scripted",
+        max_context_tokens: int | None = None,
     ) -> None:
         self.source = source
         self.name = name
         self.model_id = model_id
+        # Like a real model, a request whose input passes the window is refused (HTTP 400,
+        # ``context_length_exceeded``) before any response is taken.
+        self.max_context_tokens = max_context_tokens
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> ScriptedProvider:
+        window = spec.capabilities.max_context_tokens
         script = spec.config.get(SCRIPT_KEY)
         if isinstance(script, Script):
-            return cls(script, name=spec.name, model_id=spec.model_id)
+            return cls(script, name=spec.name, model_id=spec.model_id, max_context_tokens=window)
         rules = ScriptRules.parse(spec.config, model=spec.name)
-        return cls(rules, name=spec.name, model_id=spec.model_id)
+        return cls(rules, name=spec.name, model_id=spec.model_id, max_context_tokens=window)
 
     @property
     def chunking(self) -> tuple[int | None, int]:
@@ -333,6 +343,17 @@ class ScriptedProvider:
             )
 
     def _answer(self, request: ProviderRequest) -> _Answer:
+        window = self.max_context_tokens
+        if window is not None:
+            sent = counted_usage(request, "", "", ()).prompt_tokens
+            if sent > window:
+                error = ProviderError(
+                    f"scripted model '{self.name}': the request has {sent} input tokens; the "
+                    f"model's maximum context length is {window} tokens",
+                    retryable=False, http_status=400, provider=PROVIDER, model=self.name,
+                    code=CONTEXT_LENGTH_EXCEEDED,
+                )  # fmt: skip
+                return _Answer(response=None, error=error, delay_ms=0)
         if isinstance(self.source, Script):
             return self._from_script(self.source, request)
         return self._from_rules(self.source, request)

@@ -66,6 +66,11 @@ class HookName(StrEnum):
     ignored."""
     TOOL_CALL_DONE = "tool_call_done"
     """When a call ends. ``(tool_call, tool_result)`` -> ignored."""
+    BEFORE_COMPACTION = "before_compaction"
+    """Before the context is compacted (docs/compaction.md). ``(info)`` -> info; ``{"skip":
+    true}`` leaves the context as it is this time."""
+    AFTER_COMPACTION = "after_compaction"
+    """After a compaction overlay was written. ``(compaction)`` -> ignored."""
 
 
 def origin_of(function: Callable[..., Any]) -> str:

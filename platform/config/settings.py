@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "usage",
     "threads",
     "retention",
+    "compaction",
     "console",
     "sandbox",
 ]

@@ -268,7 +268,7 @@ class CostRecorded(TypedDict):
 
     flow_id: str
     model: str
-    message_id: str
+    message_id: str | None  # None: a call that stored no message (a compaction's summary)
     input_tokens: int
     output_tokens: int
     cached_tokens: int
@@ -295,6 +295,57 @@ class LimitChanged(TypedDict):
     spent_tokens: int
     limit_micros: int | None
     limit_tokens: int | None
+
+
+class CompactionStarted(TypedDict):
+    """Compaction of side ``side``'s context began (``trigger``: ``proactive`` before a step,
+    ``reactive`` after the provider refused a context as too long, ``idle`` after a turn,
+    ``manual``); ``tokens_before`` is the context's estimate."""
+
+    flow_id: str
+    side: str
+    trigger: str
+    tokens_before: int
+
+
+class CompactionCompleted(TypedDict):
+    """A compaction overlay was written: ``tier`` ``tool_results`` (old large results
+    cleared), ``summary`` (a range summarized) or ``truncation`` (a range left out after
+    summarizing failed); its range, token figures, the summarizer's model, tokens and cost."""
+
+    flow_id: str
+    compaction_id: str
+    side: str
+    trigger: str
+    tier: str
+    from_seq: int
+    to_seq: int
+    tokens_before: int
+    tokens_after: int
+    extends: str | None
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int | None
+
+
+class CompactionFailed(TypedDict):
+    """Summarizing failed (``error``); ``fallback`` says what the step sees instead
+    (``truncation``, or None when nothing changed)."""
+
+    flow_id: str
+    side: str
+    trigger: str
+    error: str
+    fallback: str | None
+
+
+class RuntimeWarned(TypedDict):
+    """Something degraded without failing the turn (``code`` names it)."""
+
+    flow_id: str
+    code: str
+    message: str
 
 
 class Custom(TypedDict):
@@ -349,6 +400,10 @@ PAYLOADS: dict[EventType, type] = {
     EventType.WEBHOOK_DISABLED: WebhookDisabled,
     EventType.COST_RECORDED: CostRecorded,
     EventType.LIMIT_CHANGED: LimitChanged,
+    EventType.CONTEXT_COMPACTION_STARTED: CompactionStarted,
+    EventType.CONTEXT_COMPACTION_COMPLETED: CompactionCompleted,
+    EventType.CONTEXT_COMPACTION_FAILED: CompactionFailed,
+    EventType.RUNTIME_WARNING: RuntimeWarned,
     EventType.CUSTOM: Custom,
 }
 

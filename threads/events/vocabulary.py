@@ -58,6 +58,10 @@ class EventType(StrEnum):
     WEBHOOK_DISABLED = "webhook.disabled"
     COST_RECORDED = "cost.recorded"
     LIMIT_CHANGED = "limit.changed"
+    CONTEXT_COMPACTION_STARTED = "context.compaction.started"
+    CONTEXT_COMPACTION_COMPLETED = "context.compaction.completed"
+    CONTEXT_COMPACTION_FAILED = "context.compaction.failed"
+    RUNTIME_WARNING = "runtime.warning"
     CUSTOM = "custom"
 
 

@@ -33,6 +33,8 @@ WEBHOOK_EVENTS: Final = frozenset(
         EventType.EFFECT_FAILED,
         EventType.WEBHOOK_DISABLED,
         EventType.LIMIT_CHANGED,
+        EventType.CONTEXT_COMPACTION_FAILED,
+        EventType.RUNTIME_WARNING,
     }
 )
 

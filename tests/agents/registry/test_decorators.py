@@ -293,8 +293,9 @@ def test_hook_ids_must_be_snake_case_and_unique(reg: Registry) -> None:
     )
 
 
-def test_hook_names_are_exactly_the_spec_table() -> None:
-    assert {str(name) for name in HookName} == {
+def test_hook_names_are_exactly_the_spec_table_and_the_compaction_hooks() -> None:
+    # The spec's table, and the two hooks around context compaction (docs/compaction.md).
+    assert {str(name) for name in HookName} - {"before_compaction", "after_compaction"} == {
         "after_thread_created",
         "after_subagent_created",
         "after_system_message",
@@ -310,6 +311,7 @@ def test_hook_names_are_exactly_the_spec_table() -> None:
         "tool_call_started",
         "tool_call_done",
     }
+    assert {"before_compaction", "after_compaction"} <= {str(name) for name in HookName}
 
 
 def test_effect_records_an_entry_with_or_without_args(reg: Registry) -> None:

@@ -12,6 +12,7 @@ from agents.providers.base import ProviderError
 from threads.models import Message
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.base import Side, StepFailed
+from threads.runtime.engine.context_door import context_manager
 from threads.runtime.hooks import Hooks
 from threads.runtime.subagent_tools import lifecycle_tools
 from threads.runtime.tools import ToolRunner
@@ -78,10 +79,12 @@ def _resolver(flow: Flow, prompt_name: str | None = None) -> EnvResolver:
 
 
 def prompt_tools(flow: Flow, prompt: PromptDoc) -> dict[str, ResolvedTool]:
-    """The tools ``prompt`` offers, resumable subagents replaced by the lifecycle tools."""
-    return lifecycle_tools(
+    """The tools ``prompt`` offers, resumable subagents replaced by the lifecycle tools,
+    and the context manager's (``recall`` on a compacted thread)."""
+    offered = lifecycle_tools(
         flow.thread, flow.defs.tools_for(prompt, env_flag=partial(env_value, flow))
     )
+    return {**context_manager().tools(flow, prompt), **offered}
 
 
 def tool_state(flow: Flow, config: Any, prompt_name: str) -> ThreadState:

@@ -33,6 +33,7 @@ from threads.runtime.engine.agent import (
 )
 from threads.runtime.engine.agent import tool_state as agent_tool_state
 from threads.runtime.engine.base import Runtime, Side, StepFailed
+from threads.runtime.engine.context_door import context_manager
 from threads.runtime.engine.delegation import Handoff, handoff_request, subprompt_run
 from threads.runtime.engine.loop import abort_finish, counters_restore, loop_run
 from threads.runtime.engine.model_call import error_code
@@ -190,6 +191,8 @@ class Flow:
                 )  # fmt: skip
         if close_child:
             child_close(child=self.thread)
+        if reason in (StopReason.IDLE, StopReason.AWAITING_HUMAN) and not self.pending_after:
+            context_manager().turn_ended(self, side_prompt(self, self.execution.current_side))
         return reason
 
     def _pause(self, needed: ActionNeeded, started: int) -> StopReason:

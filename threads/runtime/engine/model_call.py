@@ -26,12 +26,13 @@ from threads.runtime.context import HistoryOptions, history_to_llm, render_syste
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.agent import side_is_human, system_env
 from threads.runtime.engine.base import Side, StepFailed
+from threads.runtime.engine.context_door import context_manager
 from threads.runtime.engine.spend import SpendHalt, spend_commit, spend_reserve
 from threads.runtime.engine.writes import event_publish, message_create, model_log, stored_role
 from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer
 from threads.runtime.tool_calls import FlowAborted, stored_calls
-from threads.services.messages import history_json, message_delete, message_finish, message_json
+from threads.services.messages import message_delete, message_finish, message_json
 from threads.services.status import turn_retrying
 from usage import budgets
 from usage.budgets import Hold
@@ -51,7 +52,22 @@ def context_build(
     relabel: bool | None = None,
 ) -> list[LLMMessage]:
     """System prompt + filtered history (+ ``extra`` rows, a subprompt's input), from the
-    acting side's perspective."""
+    acting side's perspective; smaller when the context manager says it would not fit."""
+    built = partial(_assembled, flow, prompt, acting, hooks, history=history, extra=extra,
+                    relabel=relabel)  # fmt: skip
+    return context_manager().fit(flow, prompt, acting, built(), built)
+
+
+def _assembled(
+    flow: Flow,
+    prompt: PromptDoc,
+    acting: Side,
+    hooks: Hooks,
+    *,
+    history: bool,
+    extra: Sequence[Message],
+    relabel: bool | None,
+) -> list[LLMMessage]:
     state = hooks.state
     system = render_system_prompt(
         prompt,
@@ -69,7 +85,7 @@ def context_build(
     stored: list[dict[str, Any]] = []
     if history:
         after = 0 if prompt.include_chat else flow.flow_start_seq
-        stored = history_json(thread=flow.thread, after_seq=after)
+        stored = context_manager().history(flow, prompt, acting, after)
     stored += [message_json(row) for row in extra]
     stored = list(hooks.transform(HookName.FILTER_MESSAGES, stored))
     flow.execution.message_history = stored
@@ -178,6 +194,9 @@ def _called(
     _retrying(flow, False)
     _checkpoint(flow, pending)
     response = result.response
+    if response.usage.prompt_tokens:
+        sent = len(request.messages)
+        context_manager().observed(flow, prompt, sent, response.usage.prompt_tokens)
     content = _stop_tool_content(stop_side, response)
     calls = stored_calls(response.tool_calls)
     proposed = hooks.transform(

@@ -125,26 +125,31 @@ def spend_reserve(flow: Flow, spec: ModelSpec, request: ProviderRequest) -> Hold
         pause = min(pause * 2, CONTENDED_PAUSE_S[1])
 
 
-def spend_commit(flow: Flow, hold: Hold, result: ChainResult, message: Message) -> None:
+def spend_commit(
+    flow: Flow, hold: Hold, result: ChainResult, message: Message | None, *, key: str = ""
+) -> int | None:
     """The call's ledger row and its budgets' spend, in the caller's transaction (the one
     storing the answer), with ``cost.recorded`` and a ``limit.changed`` per threshold
-    crossed."""
+    crossed; returns the cost in micro-units (None: the model has no prices). A call that
+    stored no message (a summary: :mod:`threads.runtime.engine.aside`) gives its ``key``."""
     spec, usage = result.spec, result.response.usage
     prices = token_prices(spec.prices)
     cost = prices.cost(usage)
     entry = _entry(
-        flow, key=f"model:{message.pk}", kind=LedgerKind.MODEL, model=spec.name,
+        flow, key=f"model:{message.pk}" if message is not None else key,
+        kind=LedgerKind.MODEL, model=spec.name,
         input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
         cached_tokens=usage.cached_tokens, cost_micros=cost,
         price_version=price_version(spec.prices),
     )  # fmt: skip
     counted, crossings = budgets.commit(hold, entry)
     if not counted:
-        return
+        return cost
     quotas.tokens_spent(tenant_id=flow.thread.tenant_id, tokens=usage.total_tokens)
+    message_id = str(message.pk) if message is not None else None
     flow.publish(
         "cost.recorded",
-        {"model": spec.name, "message_id": str(message.pk), "input_tokens": usage.prompt_tokens,
+        {"model": spec.name, "message_id": message_id, "input_tokens": usage.prompt_tokens,
          "output_tokens": usage.completion_tokens, "cached_tokens": usage.cached_tokens,
          "cost_micros": cost, "currency": "USD", "cost_known": cost is not None,
          "reserved_max_output_tokens": hold.max_output_tokens},
@@ -159,6 +164,7 @@ def spend_commit(flow: Flow, hold: Hold, result: ChainResult, message: Message) 
              "spent_micros": crossing.spent_micros, "spent_tokens": crossing.spent_tokens,
              "limit_micros": budget.limit_micros, "limit_tokens": budget.limit_tokens},
         )  # fmt: skip
+    return cost
 
 
 def spend_tool(flow: Flow, call_id: str, name: str) -> None:

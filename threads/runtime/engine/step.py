@@ -4,18 +4,22 @@ person's decision, the rest of a paused step."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from agents.documents import SideConfig
-from agents.providers.base import ToolCall
+from agents.documents import PromptDoc, SideConfig
+from agents.providers.base import CONTEXT_LENGTH_EXCEEDED, ProviderResponse, ToolCall
 from common.ids import new_id
 from threads.models import Action, ActionKind, ActionStatus, Message, MessageRole
 from threads.runtime.code_mode import replay_of
 from threads.runtime.context import stored_tool_calls
+from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.agent import prompt_hooks, prompt_load, prompt_tools, tool_runner
-from threads.runtime.engine.base import Side, StepOutcome
-from threads.runtime.engine.model_call import context_build, model_call
+from threads.runtime.engine.base import Side, StepFailed, StepOutcome
+from threads.runtime.engine.context_door import context_manager
+from threads.runtime.engine.model_call import context_build, error_code, model_call
 from threads.runtime.engine.writes import event_publish, message_create, stored_role
+from threads.runtime.hooks import Hooks
 from threads.runtime.tool_calls import ToolOutcome, stored_calls, stored_outcome
 from threads.runtime.tools import ToolRunner
 from threads.services.actions import action_allows, denial_result
@@ -37,10 +41,7 @@ def step_run(flow: Flow, acting: Side, side: SideConfig) -> StepOutcome:
     tools = prompt_tools(flow, prompt)
     with flow.outbox.step(execution.step_count):
         event_publish(flow, "step.started", {"step": execution.step_count, "side": acting})
-        messages = context_build(flow, prompt, acting, hooks)
-        issuer, response = model_call(
-            flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side
-        )
+        issuer, response = _answer(flow, prompt, acting, side, tools, hooks)
         runner = tool_runner(
             flow, prompt, acting, parent=None, tools=tools, hooks=hooks, side=side, pausable=True
         )
@@ -48,6 +49,29 @@ def step_run(flow: Flow, acting: Side, side: SideConfig) -> StepOutcome:
         outcomes += _tool_queue_run(flow, runner)
         event_publish(flow, "step.completed", {"step": execution.step_count, "side": acting})
     return StepOutcome(content=response.content, calls=response.tool_calls, outcomes=outcomes)
+
+
+def _answer(
+    flow: Flow,
+    prompt: PromptDoc,
+    acting: Side,
+    side: SideConfig,
+    tools: Mapping[str, ResolvedTool],
+    hooks: Hooks,
+) -> tuple[Message, ProviderResponse]:
+    """The step's model call. A context the provider refuses as too long is shrunk by the
+    context manager and the call tried once more (then the step fails as it would have)."""
+    messages = context_build(flow, prompt, acting, hooks)
+    try:
+        return model_call(flow, prompt, acting, messages, tools, hooks, parent=None,
+                          stop_side=side)  # fmt: skip
+    except StepFailed as failed:
+        if error_code(failed.error) != CONTEXT_LENGTH_EXCEEDED:
+            raise
+        if not context_manager().recover(flow, prompt, acting):
+            raise
+    messages = context_build(flow, prompt, acting, hooks)
+    return model_call(flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side)
 
 
 def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> StepOutcome:
