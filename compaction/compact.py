@@ -47,7 +47,7 @@ class Plan:
     tail_tokens: int
 
 
-def plan(stored: Sequence[Mapping[str, Any]], policy: Policy) -> Plan | None:
+def plan(stored: Sequence[Mapping[str, Any]], keep_tail_tokens: int) -> Plan | None:
     """The range to compact out of ``stored`` (the side's visible history, marker
     included): everything older than the tail of ``keep_tail_tokens``, except the first
     user message; None when nothing is older than the tail."""
@@ -55,7 +55,7 @@ def plan(stored: Sequence[Mapping[str, Any]], policy: Policy) -> Plan | None:
     users = [message for message in messages if message.get("role") == "user"]
     first_user_seq = int(users[0]["seq"]) if users else 0
     start, kept = len(messages), 0
-    while start > 0 and kept < policy.keep_tail_tokens:
+    while start > 0 and kept < keep_tail_tokens:
         start -= 1
         kept += text_tokens(messages[start].get("content")) + 4
     start = _unsplit(messages, start)
@@ -133,7 +133,8 @@ def compact(
     decided = hooks.transform(HookName.BEFORE_COMPACTION, info)
     if isinstance(decided, Mapping) and decided.get("skip"):
         return None
-    chosen = plan(stored, policy)
+    # The tail kept verbatim fits in half the target, whatever the policy says.
+    chosen = plan(stored, min(policy.keep_tail_tokens, target // 2))
     if chosen is None:
         return None
     active = Compaction.objects.filter(

@@ -191,7 +191,7 @@ class Flow:
                 )  # fmt: skip
         if close_child:
             child_close(child=self.thread)
-        if reason in (StopReason.IDLE, StopReason.AWAITING_HUMAN) and not self.pending_after:
+        if status == RunStatus.COMPLETED and not self.pending_after:
             context_manager().turn_ended(self, side_prompt(self, self.execution.current_side))
         return reason
 

@@ -4,7 +4,6 @@ person's decision, the rest of a paused step."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agents.documents import PromptDoc, SideConfig
@@ -38,10 +37,9 @@ def step_run(flow: Flow, acting: Side, side: SideConfig) -> StepOutcome:
         execution.side_b_step_count += 1
     prompt = prompt_load(flow, side.prompt)
     hooks = prompt_hooks(flow, prompt)
-    tools = prompt_tools(flow, prompt)
     with flow.outbox.step(execution.step_count):
         event_publish(flow, "step.started", {"step": execution.step_count, "side": acting})
-        issuer, response = _answer(flow, prompt, acting, side, tools, hooks)
+        issuer, response, tools = _answer(flow, prompt, acting, side, hooks)
         runner = tool_runner(
             flow, prompt, acting, parent=None, tools=tools, hooks=hooks, side=side, pausable=True
         )
@@ -52,26 +50,25 @@ def step_run(flow: Flow, acting: Side, side: SideConfig) -> StepOutcome:
 
 
 def _answer(
-    flow: Flow,
-    prompt: PromptDoc,
-    acting: Side,
-    side: SideConfig,
-    tools: Mapping[str, ResolvedTool],
-    hooks: Hooks,
-) -> tuple[Message, ProviderResponse]:
-    """The step's model call. A context the provider refuses as too long is shrunk by the
-    context manager and the call tried once more (then the step fails as it would have)."""
-    messages = context_build(flow, prompt, acting, hooks)
-    try:
-        return model_call(flow, prompt, acting, messages, tools, hooks, parent=None,
-                          stop_side=side)  # fmt: skip
-    except StepFailed as failed:
-        if error_code(failed.error) != CONTEXT_LENGTH_EXCEEDED:
-            raise
-        if not context_manager().recover(flow, prompt, acting):
-            raise
-    messages = context_build(flow, prompt, acting, hooks)
-    return model_call(flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side)
+    flow: Flow, prompt: PromptDoc, acting: Side, side: SideConfig, hooks: Hooks
+) -> tuple[Message, ProviderResponse, dict[str, ResolvedTool]]:
+    """The step's context, tools (after the context: a compacted one adds ``recall``) and
+    model call. A context the provider refuses as too long is shrunk by the context manager
+    and the call tried once more (then the step fails as it would have)."""
+    for attempt in (1, 2):
+        messages = context_build(flow, prompt, acting, hooks)
+        tools = prompt_tools(flow, prompt)
+        try:
+            issuer, response = model_call(
+                flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side
+            )
+            return issuer, response, tools
+        except StepFailed as failed:
+            if attempt == 2 or error_code(failed.error) != CONTEXT_LENGTH_EXCEEDED:
+                raise
+            if not context_manager().recover(flow, prompt, acting):
+                raise
+    raise AssertionError("unreachable")
 
 
 def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> StepOutcome:
