@@ -138,8 +138,7 @@ class CompactionListView(ThreadScopedView):
         for name in request.query_params:
             if name not in LIST_PARAMETERS:
                 raise ValidationFailed(
-                    f"unknown query parameter {name[:100]!r} (known: "
-                    f"{', '.join(LIST_PARAMETERS)})",
+                    f"unknown query parameter {name[:100]!r} (known: {', '.join(LIST_PARAMETERS)})",
                     field=name,
                 )
         query = CompactionListQuery(data=request.query_params)
@@ -167,7 +166,7 @@ class CompactionRevertView(ThreadScopedView):
         "the thread's next step, or the compaction it extended, which is active again. The "
         "body is empty or `{}`; any key is a 400 naming it. 409 for a compaction that is not "
         "active (the message names the side's active one). One `thread.updated` event "
-        "(`fields: [\"compactions\"]`) is published.",
+        '(`fields: ["compactions"]`) is published.',
         request=None,
         responses={
             200: CompactionRevertSerializer,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.providers.base import ProviderError
 from agents.registry import HookName
+from common.errors import DomainError
 from common.ids import new_id
 from common.time import now_us
 from compaction import summary as summaries
@@ -24,6 +25,7 @@ from compaction.policy import Policy, text_tokens
 from threads.models import SubagentLink
 from threads.runtime.engine.agent import prompt_hooks
 from threads.runtime.engine.aside import aside_call
+from threads.services.files.writing import file_write
 
 if TYPE_CHECKING:
     from agents.documents import PromptDoc
@@ -35,7 +37,10 @@ logger = logging.getLogger(__name__)
 # until the window passes (the circuit breaker).
 BREAKER_FAILURES = 3
 BREAKER_S = 600
-STUB_TOKENS = 60
+STUB_TOKENS = 80
+# The cheap tier spills at most this many results (more: the range is summarized instead).
+MAX_SPILLS = 100
+SPILL_DIRECTORY = "/.context/tool-results"
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def compact(
         "context.compaction.started",
         {"side": side, "trigger": trigger, "tokens_before": tokens_before},
     )
-    outcome = _cleared(chosen, active, policy, tokens_before, target)
+    outcome = _cleared(flow, chosen, active, policy, tokens_before, target)
     if outcome is None:
         outcome = _summarized(flow, side, chosen, active, policy, trigger, tokens_before)
     written = _write(flow, side, trigger, policy, chosen, active, outcome, tokens_before)
@@ -153,17 +158,25 @@ def compact(
 
 
 def _cleared(
-    chosen: Plan, active: Compaction | None, policy: Policy, before: int, target: int
+    flow: Flow, chosen: Plan, active: Compaction | None, policy: Policy, before: int, target: int
 ) -> Outcome | None:
     """The cheap tier: clearing the covered range's large tool results, when that alone
-    brings the context under ``target``."""
+    brings the context under ``target``. Each is spilled to the thread's files first
+    (``/.context/tool-results/<seq>.txt``, an ``output.spilled`` event), where a tool that
+    reads files finds it; ``recall`` returns it too."""
     over = policy.tool_result_max_chars
-    saved = sum(
-        text_tokens(message.get("content")) - STUB_TOKENS
-        for message in chosen.covered
+    large = [
+        message for message in chosen.covered
         if message.get("role") == "tool" and len(message.get("content") or "") > over
-    )
-    if saved <= 0 or before - saved > target:
+    ]  # fmt: skip
+    saved = sum(text_tokens(message.get("content")) - STUB_TOKENS for message in large)
+    if saved <= 0 or before - saved > target or len(large) > MAX_SPILLS:
+        return None
+    try:
+        for message in large:
+            _spill(flow, message)
+    except DomainError as error:  # the files refuse (a limit): summarize instead
+        logger.info("flow %s: spilling tool results failed: %s", flow.flow_id, error)
         return None
     return Outcome(
         tier=Tier.TOOL_RESULTS, summary=dict(active.summary) if active else {},
@@ -171,6 +184,25 @@ def _cleared(
         from_seq=active.from_seq if active else 0, to_seq=active.to_seq if active else 0,
         cleared_through=int(chosen.covered[-1]["seq"]), cleared_over=over,
         tokens_after=before - saved,
+    )  # fmt: skip
+
+
+def spill_path(seq: int) -> str:
+    return f"{SPILL_DIRECTORY}/{seq}.txt"
+
+
+def _spill(flow: Flow, message: Mapping[str, Any]) -> None:
+    content = str(message.get("content") or "").encode()
+    path = spill_path(int(message["seq"]))
+    file_write(
+        thread=flow.thread, path=path, data=content, mime_type="text/plain",
+        metadata={"seq": message["seq"], "tool_call_id": message.get("tool_call_id")},
+        outbox=flow.outbox,
+    )  # fmt: skip
+    flow.publish(
+        "output.spilled",
+        {"path": path, "seq": int(message["seq"]), "bytes": len(content),
+         "tool_call_id": str(message.get("tool_call_id") or "")},
     )  # fmt: skip
 
 

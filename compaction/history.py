@@ -28,7 +28,8 @@ _MESSAGE_COLUMNS[_FIELDS.index("content")] = (
     "CASE WHEN c.id IS NOT NULL AND m.role = 'tool' AND m.seq <= c.cleared_through "
     "AND length(m.content) > c.cleared_over "
     "THEN '[Tool result cleared to keep the context small: ' || length(m.content) "
-    "|| ' characters; call recall with seq ' || m.seq || ' for all of it] ' "
+    "|| ' characters, in the file /.context/tool-results/' || m.seq || '.txt; or call recall "
+    "with seq ' || m.seq || '] ' "
     f"|| left(m.content, {STUB_KEEP_CHARS}) || '…' ELSE m.content END AS content"
 )
 _MARKER_COLUMNS = (

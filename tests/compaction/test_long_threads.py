@@ -27,7 +27,7 @@ from agents.providers.base import (
     response_chunks,
 )
 from agents.providers.scripted import counted_usage
-from agents.registry import hook
+from agents.registry import hook, tool
 from compaction.models import Compaction, CompactionStatus
 from compaction.summary import INSTRUCTIONS
 from tests.threads.runtime.conftest import Engine, prompt
@@ -79,19 +79,22 @@ class WindowModel:
             self.summaries += 1
             if self.fail_summaries:
                 raise ProviderError("the summarizer is down", retryable=False, provider="test")
-            return self._answer(request, json.dumps({"intent": "customer support chat",
-                                                     "state": ["orders were discussed"]}))  # fmt: skip
+            summary = {"intent": "customer support chat", "state": ["orders were discussed"]}
+            return self._answer(request, json.dumps(summary))
         self.requests.append(request)
         last = messages[-1]
         if last.role == "tool":
             found = re.search(r"code word of order 7781 is ([A-Z]+-\d+)", last.text)
             if found and last.name == "recall":
                 return self._answer(request, f"The code word is {found.group(1)}.")
-            return self._answer(request, "Done: " + FILLER)
+            return self._answer(request, "Done." if last.name == "fetch_report" else
+                                "Done: " + FILLER)  # fmt: skip
         user = _last(messages, "user")
         text = user.text if user is not None else ""
         if QUESTION in text:
             return self._answer(request, "", ToolCall("r1", "recall", {"query": "code word"}))
+        if text.startswith("Fetch"):
+            return self._answer(request, "", ToolCall("f1", "fetch_report", {}))
         if text.startswith("Look up"):
             return self._answer(request, "", ToolCall("e1", "echo", {"text": text[8:] * 6}))
         return self._answer(request, "Sure. " + FILLER)
@@ -107,13 +110,15 @@ class WindowModel:
         )  # fmt: skip
 
 
-def define(engine: Engine, *, window: int, **compaction: Any) -> Thread:
+def define(
+    engine: Engine, *, window: int, tools: tuple[str, ...] = ("echo",), **compaction: Any
+) -> Thread:
     engine.define(
         models=[{"name": "m", "provider": "scripted", "model_id": "window",
                  "capabilities": {"max_context_tokens": window},
                  "input_price": "1", "output_price": "2",
                  "config": {"rules": [{"respond": {"text": "x"}}]}}],
-        prompts=[prompt("support", tools=["echo"], compaction=compaction)],
+        prompts=[prompt("support", tools=list(tools), compaction=compaction)],
         agents=[{"name": "support", "side_a": {"prompt": "support", "max_steps": 10}}],
     )  # fmt: skip
     return engine.thread("support")
@@ -195,7 +200,8 @@ def test_two_hundred_turns_past_the_window_keep_working_and_recall_a_compacted_f
     fact_row = Message.objects.get(thread=thread, role="tool", seq__lte=4)
     assert FACT in fact_row.content
     first = compactions.order_by("created_at").first()
-    assert first is not None and first.to_seq >= fact_row.seq
+    assert first is not None
+    assert first.to_seq >= fact_row.seq
     recalled = Message.objects.get(thread=thread, role="tool", name="recall")
     found = json.loads(recalled.content)["messages"]
     assert {"seq": fact_row.seq, "role": "tool", "name": "echo", "content": fact_row.content,
@@ -285,7 +291,11 @@ def test_reverting_restores_the_originals_to_the_next_step(engine: Engine) -> No
         turn(engine, thread, model, f"Turn {number}. {FILLER}")
     compaction = Compaction.objects.get(thread=thread)
     assert [row["id"] for row in seen] == [str(compaction.id)]
-    hidden = Message.objects.get(thread=thread, seq=compaction.to_seq)
+    hidden = (
+        Message.objects.filter(thread=thread, role="user", seq__lte=compaction.to_seq)
+        .exclude(seq=compaction.first_user_seq)
+        .order_by("-seq")[0]
+    )
     assert all(hidden.content != m.text for m in model.requests[-1].messages)
 
     from compaction.services import compaction_revert
@@ -340,5 +350,51 @@ def test_plan_never_splits_a_call_from_its_result(tail: int) -> None:
     chosen = plan(stored, tail)
     assert chosen is not None
     covered = [row["seq"] for row in chosen.covered]
-    assert chosen.first_user_seq == 1 and 1 not in covered
+    assert chosen.first_user_seq == 1
+    assert 1 not in covered
     assert covered in ([2, 3], [2, 3, 4, 5, 6], [2, 3, 4, 5, 6, 7])
+
+
+def test_old_large_tool_results_are_cleared_first_and_spilled_to_files(engine: Engine) -> None:
+    @tool(description="A long report.")
+    def fetch_report(state: Any) -> str:
+        return "R" * 3_000
+
+    thread = define(
+        engine, window=6_000, tools=("fetch_report",), keep_tail_tokens=800,
+        tool_result_max_chars=1_000, idle_trigger=1.0,
+    )  # fmt: skip
+    model = WindowModel(window=6_000)
+    number = 0
+    while not Compaction.objects.filter(thread=thread).exists():
+        number += 1
+        assert number < 20
+        assert turn(engine, thread, model, f"Fetch report {number}.").status == "completed"
+    compaction = Compaction.objects.get(thread=thread)
+    assert (compaction.tier, compaction.to_seq, model.summaries) == ("tool_results", 0, 0)
+    assert compaction.cost_micros == 0
+    turn(engine, thread, model, "Fetch one more.")
+
+    cleared = Message.objects.filter(
+        thread=thread, role="tool", seq__lte=compaction.cleared_through
+    ).order_by("seq")
+    assert cleared.exists()
+    sent = {m.text for m in model.requests[-2].messages if m.role == "tool"}
+    for row in cleared:
+        stub = next(text for text in sent if f"recall with seq {row.seq}]" in text)
+        assert f"/.context/tool-results/{row.seq}.txt" in stub
+        assert len(stub) < 400
+        assert read_file(thread, f"/.context/tool-results/{row.seq}.txt") == row.content
+    spilled = Event.objects.filter(thread=thread, type="output.spilled")
+    assert sorted(e.payload["seq"] for e in spilled) == [row.seq for row in cleared]
+    # The newest results are not cleared.
+    newest = Message.objects.filter(thread=thread, role="tool").order_by("-seq")[0]
+    assert newest.content in {m.text for m in model.requests[-1].messages}
+
+
+def read_file(thread: Thread, path: str) -> str:
+    from threads.services.files.reading import file_read
+
+    data = file_read(thread=thread, path=path)
+    assert data is not None, path
+    return data.decode()

@@ -348,6 +348,17 @@ class RuntimeWarned(TypedDict):
     message: str
 
 
+class OutputSpilled(TypedDict):
+    """A large output was copied to the thread's file ``path`` (a compaction cleared the
+    tool result of message ``seq`` from the context)."""
+
+    flow_id: str
+    path: str
+    seq: int
+    bytes: int
+    tool_call_id: str
+
+
 class Custom(TypedDict):
     """``state.emit(name, data)``; ``data`` is the tool's JSON value."""
 
@@ -404,6 +415,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.CONTEXT_COMPACTION_COMPLETED: CompactionCompleted,
     EventType.CONTEXT_COMPACTION_FAILED: CompactionFailed,
     EventType.RUNTIME_WARNING: RuntimeWarned,
+    EventType.OUTPUT_SPILLED: OutputSpilled,
     EventType.CUSTOM: Custom,
 }
 
