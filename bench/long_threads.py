@@ -3,6 +3,13 @@
 The target: a step on a thread of 10,000 messages costs within 1.5x of a step on a thread
 of 10, in the engine's CPU and in wall time, and runs the same number of SQL statements.
 
+The product is measured as configured for long threads: the prompt compacts its context
+(:mod:`compaction`) with a window of :data:`CONTEXT_WINDOW` tokens, the default triggers
+(before a step past 0.8 of the window, after a turn past 0.6), a verbatim tail of
+:data:`KEEP_TAIL_TOKENS` tokens, and a second model, :data:`SUMMARIZER`, writing the
+summaries. A message is 200 to 400 characters, some 75 tokens, so the 10-message thread
+stays under both triggers through every step of the run, and the longer ones pass them.
+
 For each size in :data:`SIZES`, one thread is given that many stored top-level messages,
 written straight to the table (``bulk_create``: a 10,000-message thread takes seconds, not
 10,000 engine steps): user and assistant alternate, 200 to 400 characters each, and every
@@ -11,13 +18,25 @@ as the engine stores them. ``Thread.message_seq`` is set to the last ``seq``. On
 are written: a thread's turns, logs and events of the past are not, since the engine reads
 those by key or from a counter, never by scanning the thread's history.
 
-Then the threads take steps in rounds, one step of each size per round (so a drift of the
-machine's speed falls on all sizes alike): :data:`WARMUP_STEPS` unmeasured, :data:`STEPS`
-timed, :data:`STATEMENT_SAMPLE_STEPS` counted. A step is one user message
-(``message_queue``) and one flow driven here (``thread_drive``, the engine alone, as in the
-engine bench's in-process case) whose model is an in-process
-:class:`~agents.providers.scripted.Script` answering 200 to 400 characters of text at once.
-The first step's request is checked to carry the whole built history. Per step:
+A step is one user message (``message_queue``) and one flow driven here (``thread_drive``,
+the engine alone, as in the engine bench's in-process case) whose model is an in-process
+:class:`~agents.providers.scripted.Script` answering 200 to 400 characters of text at once;
+the summarizer is a stored-rules scripted model answering a fixed summary, so its calls
+take none of the script's answers. Each thread first takes one prime step, left out of
+the figures: on a longer thread it runs the first compaction (before the model call past
+0.8 of the window, after it past 0.6), a one-time cost (summarizing thousands of messages
+in chunks) whose wall time is reported apart (``first_compaction_s``). Then the threads
+take steps in rounds, one step of each size per round (so a drift of the machine's speed
+falls on all sizes alike): :data:`WARMUP_STEPS` unmeasured, :data:`STATEMENT_SAMPLE_STEPS`
+counted, :data:`STEPS` timed. The compactions a step runs (a compacted context grows back
+to the trigger every 25 steps or so) are part of its cost, so the timed steps come last,
+where the long threads compact again: ``compactions_timed`` says how many fell in them.
+
+Every request the script receives is checked: a tool call is always followed by its
+result; the 10-message thread's carries its whole history (the system prompt, every stored
+message, the new one); a longer thread's, after its prime step, carries exactly one
+archive marker (the system message that stands for the summarized range) and fits the
+window: far fewer messages than the thread holds. Per step:
 
 * the engine process's CPU (``time.process_time`` around ``thread_drive``): the table's
   p50 / p95 / p99 columns. A full garbage collection runs before each timed step, outside
@@ -27,8 +46,7 @@ The first step's request is checked to carry the whole built history. Per step:
 * the SQL statements, ``BEGIN`` and ``COMMIT`` included (``CaptureQueriesContext``, as the
   engine bench counts them), on the counted steps, whose capture would slow the timed ones;
 * the context sent to the model: the UTF-8 bytes of every message text of the request the
-  script received (``context_bytes_p50``) and its messages. The model is sent the whole
-  history today, so this grows with the thread; it is reported, not held to the target.
+  script received (``context_bytes_p50``) and its messages (``context_messages_p50``).
 
 The model's own work is inside the step too, and small: the script answers at once, but it
 counts the request's usage (a pass over every message's text) as a provider reports it.
@@ -40,6 +58,7 @@ Each row's ``measured`` gives its CPU and wall p50 over those at 10 messages; th
 from __future__ import annotations
 
 import gc
+import json
 import os
 import random
 import statistics
@@ -52,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 from bench.harness import Row, bench_tenant, benchmark, cpu_calibration_ms, summarize
 
 if TYPE_CHECKING:
-    from agents.providers.base import ProviderRequest
+    from agents.providers.base import LLMMessage, ProviderRequest
     from agents.providers.scripted import Script
     from tenancy.models import Tenant
     from threads.models import Message, Thread
@@ -68,18 +87,40 @@ BUILD_BATCH = 2_000
 TARGET_RATIO = 1.5
 TARGET = "10,000 msgs: <= 1.5x the figure at 10, statements equal"
 AGENT = "long"
+MODEL = "m"
+SUMMARIZER = "summarizer"
 TOOL = "order_lookup"
+# The 10-message thread ends the run near 5,000 tokens, under the idle trigger's 0.6 of the
+# window; the 100-message one starts near 7,300, past it (and the longer ones past the
+# step's 0.8). The tail is the most a compaction keeps (half its target, 0.4 of the
+# window): a compacted context is some 2,500 tokens and grows back to the idle trigger in
+# about 25 steps.
+CONTEXT_WINDOW = 10_000
+KEEP_TAIL_TOKENS = 2_000
+MARKER_PREFIX = "[Summary of the earlier conversation"
+SUMMARY = {
+    "intent": "The customer wants their orders delivered, tracked and refunded.",
+    "decisions": ["Refund the damaged item once the return label is scanned."],
+    "state": ["Orders are looked up with order_lookup by their five-digit number."],
+    "artifacts": ["A return label was emailed to the customer."],
+    "open_items": ["Confirm the replacement's delivery date."],
+}
+SUMMARIZER_CONFIG = {"rules": [{"respond": {"text": json.dumps(SUMMARY)}}]}
 
 BUNDLE: dict[str, Any] = {
     "version": 1,
     "models": [
-        {"name": "m", "provider": "scripted", "model_id": "scripted",
+        {"name": MODEL, "provider": "scripted", "model_id": "scripted",
          "config": {"rules": [{"respond": {"text": "ok"}}]}},
+        {"name": SUMMARIZER, "provider": "scripted", "model_id": "scripted",
+         "config": SUMMARIZER_CONFIG},
     ],
     "prompts": [
-        {"name": AGENT, "tool_description": "Answers customers", "model": "m",
+        {"name": AGENT, "tool_description": "Answers customers", "model": MODEL,
          "prompt": "You are a support agent for an online shop. Answer in a few sentences.",
-         "include_chat": True, "include_past_tools": True},
+         "include_chat": True, "include_past_tools": True,
+         "compaction": {"context_window": CONTEXT_WINDOW, "keep_tail_tokens": KEEP_TAIL_TOKENS,
+                        "summarizer_model": SUMMARIZER}},
     ],
     "agents": [{"name": AGENT, "type": "ai_human", "side_a": {"prompt": AGENT}}],
 }  # fmt: skip
@@ -134,7 +175,7 @@ def _history(thread: Thread, count: int, rng: random.Random) -> list[Message]:
                     content=content, created_at=at, updated_at=at, **fields)
         )  # fmt: skip
 
-    answer_meta = {"model": "m", "prompt": AGENT}
+    answer_meta = {"model": MODEL, "prompt": AGENT}
     turn = 0
     while len(rows) < count:
         turn += 1
@@ -183,6 +224,10 @@ class Size:
     messages: int
     thread: Thread
     build_s: float
+    stored: int = 0  # the thread's messages once the step in hand has answered
+    first_compaction_s: float = 0.0
+    first_compaction: str = ""  # the tier and trigger of the prime step's compaction
+    compactions_timed: int = 0
     cpu_s: list[float] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
     gc_s: list[float] = field(default_factory=list)
@@ -190,10 +235,25 @@ class Size:
     context_messages: list[int] = field(default_factory=list)
     statements: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.stored = self.messages
+
+    @property
+    def compacted(self) -> bool:
+        """Whether this thread is meant to pass the window (all but the shortest)."""
+        return self.messages > SIZES[0]
+
+    def compactions(self) -> int:
+        """The compactions of this thread so far (rows, superseded ones included)."""
+        from compaction.models import Compaction
+
+        return Compaction.objects.filter(thread_id=self.thread.pk).count()
+
 
 @dataclass
 class ScriptedModel:
-    """The in-process model every step calls, and the runtime that loads it."""
+    """The in-process model every step calls, and the runtime that loads it with the
+    summarizer beside it (stored rules: its calls take none of the script's answers)."""
 
     script: Script
     runtime: Runtime
@@ -201,21 +261,30 @@ class ScriptedModel:
 
     @classmethod
     def create(cls) -> ScriptedModel:
+        from agents.providers.base import ModelSpec
         from agents.providers.scripted import Script
         from threads.runtime.engine import Runtime
 
         script = Script()
-        runtime = Runtime(load_model=lambda name: script.spec(name), retry_base_delay_s=0)
+        specs = {
+            MODEL: script.spec(MODEL),
+            SUMMARIZER: ModelSpec(name=SUMMARIZER, kind="scripted", model_id=SUMMARIZER,
+                                  config=SUMMARIZER_CONFIG),
+        }  # fmt: skip
+        runtime = Runtime(load_model=specs.__getitem__, retry_base_delay_s=0)
         return cls(script, runtime, random.Random(0))  # noqa: S311 - filler text
 
     def request(self, size: Size) -> ProviderRequest:
-        """The one request the step made (forgotten here, so requests do not pile up)."""
+        """The one request the step made to the main model (forgotten here, so requests do
+        not pile up), checked (:func:`_checked_request`)."""
         if len(self.script.requests) != 1:
             raise BenchError(
                 f"{size.messages} messages: {len(self.script.requests)} model calls in a step, "
                 "expected 1"
             )
-        return self.script.requests.pop()
+        request = self.script.requests.pop()
+        _checked_request(size, request.messages)
+        return request
 
 
 def _queue(size: Size, model: ScriptedModel) -> None:
@@ -224,6 +293,7 @@ def _queue(size: Size, model: ScriptedModel) -> None:
 
     model.script.text(_text(model.rng))
     message_queue(thread=size.thread, role="user", content=_text(model.rng), wake=False)
+    size.stored += 2
 
 
 def _drive(size: Size, model: ScriptedModel) -> None:
@@ -255,10 +325,34 @@ def _collecting() -> Iterator[list[float]]:
         gc.callbacks.remove(timed)
 
 
+def _prime_step(size: Size, model: ScriptedModel) -> None:
+    """The first step, unmeasured but for its wall time: on a long thread it runs the first
+    compaction, before its model call (past 0.8 of the window) or after it (past the idle
+    trigger's 0.6). Its request is checked like any, the marker aside: when the
+    compaction runs after the call, the call still carries the whole history."""
+    from compaction.models import Compaction
+
+    _queue(size, model)
+    started = time.perf_counter()
+    _drive(size, model)
+    elapsed = time.perf_counter() - started
+    model.request(size)
+    written = Compaction.objects.filter(thread_id=size.thread.pk).order_by("created_at").first()
+    if (written is not None) != size.compacted:
+        raise BenchError(
+            f"{size.messages} messages: the prime step "
+            f"{'compacted' if written else 'did not compact'} the context; the window "
+            f"({CONTEXT_WINDOW:,} tokens) must keep {SIZES[0]} messages and no more under it"
+        )
+    if written is not None:
+        size.first_compaction_s = elapsed
+        size.first_compaction = f"{written.tier}, {written.trigger}"
+
+
 def _warm_step(size: Size, model: ScriptedModel) -> None:
     _queue(size, model)
     _drive(size, model)
-    size.context_messages.append(len(model.request(size).messages))
+    model.request(size)
 
 
 def _timed_step(size: Size, model: ScriptedModel) -> None:
@@ -292,47 +386,96 @@ def _counted_step(size: Size, model: ScriptedModel) -> None:
     size.statements.append(len(captured.captured_queries))
 
 
-def _checked_history(size: Size) -> None:
-    """The first model call saw the whole built history: the system prompt, every built
-    message, the new one (no tool call or result was dropped as unpaired)."""
-    sent, expected = size.context_messages[0], size.messages + 2
-    if sent != expected:
+def _checked_request(size: Size, messages: Sequence[LLMMessage]) -> None:
+    """What a step sent holds: every tool call followed by its result; on the shortest
+    thread the whole history (the system prompt, every stored message, the new one); on a
+    longer one, once compacted, one archive marker and fewer messages than the thread
+    holds, within the window (so, at 1,000 messages and more, far fewer)."""
+    from compaction.policy import llm_tokens
+
+    _checked_pairs(size, messages)
+    markers = sum(
+        1 for m in messages if m.role == "system" and (m.content or "").startswith(MARKER_PREFIX)
+    )
+    if not size.compacted:
+        if markers or len(messages) != size.stored:
+            raise BenchError(
+                f"{size.messages} messages: a call sent {len(messages)} messages ({markers} "
+                f"archive markers), expected the whole history: {size.stored} (the system "
+                "prompt, every stored message, the new one)"
+            )
+        return
+    if size.stored <= size.messages + 2:
+        return  # the prime step: its compaction may come after its call
+    tokens = llm_tokens(messages)
+    if markers != 1 or tokens > CONTEXT_WINDOW or len(messages) >= size.stored:
         raise BenchError(
-            f"{size.messages} messages: the first call sent {sent} messages, expected "
-            f"{expected} (the system prompt, the history, the new message)"
+            f"{size.messages} messages: a call sent {len(messages)} messages of {size.stored} "
+            f"stored, {tokens:,} tokens, {markers} archive markers; expected one marker and "
+            f"a context within the window ({CONTEXT_WINDOW:,} tokens)"
         )
-    size.context_messages.clear()
+
+
+def _checked_pairs(size: Size, messages: Sequence[LLMMessage]) -> None:
+    """Every tool call is answered by a tool message right after it, and every tool message
+    answers a call just before it (a compaction never splits them)."""
+    waiting: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.role == "tool":
+            if message.tool_call_id not in waiting:
+                raise BenchError(
+                    f"{size.messages} messages: message {index} answers the call "
+                    f"{message.tool_call_id}, which does not come just before it"
+                )
+            waiting.discard(message.tool_call_id)
+            continue
+        if waiting:
+            raise BenchError(
+                f"{size.messages} messages: the calls {sorted(waiting)} are not answered "
+                f"before message {index}"
+            )
+        waiting = {call.id for call in message.tool_calls}
+    if waiting:
+        raise BenchError(f"{size.messages} messages: the calls {sorted(waiting)} are unanswered")
 
 
 def _checked_answers(size: Size) -> None:
-    """Every step's turn completed and stored its two messages, in ``message_seq`` order."""
+    """Every step's turn completed and stored its two messages, in ``message_seq`` order;
+    the shortest thread was never compacted."""
     from threads.models import Message, RunStatus, Thread, Turn
 
-    expected = size.messages + 2 * (WARMUP_STEPS + STEPS + STATEMENT_SAMPLE_STEPS)
+    expected = size.messages + 2 * (1 + WARMUP_STEPS + STEPS + STATEMENT_SAMPLE_STEPS)
     thread = Thread.objects.get(pk=size.thread.pk)
     stored = Message.objects.filter(thread=thread).count()
     statuses = set(Turn.objects.filter(thread=thread).values_list("status", flat=True))
-    if statuses != {RunStatus.COMPLETED} or stored != expected:
+    if statuses != {RunStatus.COMPLETED} or stored != expected or size.stored != expected:
         raise BenchError(
             f"{size.messages} messages: turns ended {sorted(statuses)}, {stored} messages "
             f"stored (expected {expected})"
         )
     if thread.message_seq != stored:
         raise BenchError(f"{size.messages} messages: message_seq {thread.message_seq} != {stored}")
+    if not size.compacted and size.compactions():
+        raise BenchError(f"{size.messages} messages: the thread was compacted")
 
 
 def _run_steps(sizes: Sequence[Size]) -> None:
-    """Rounds of one step on each size: WARMUP_STEPS unmeasured, STEPS timed, then
-    STATEMENT_SAMPLE_STEPS counted."""
+    """A prime step on each size, then rounds of one step on each size: WARMUP_STEPS
+    unmeasured, STATEMENT_SAMPLE_STEPS counted, then STEPS timed. The timed steps come last
+    so that they span the compacted threads' second compaction (about 25 steps after the
+    first), as a thread's steps span its compactions."""
     model = ScriptedModel.create()
-    for run, rounds in ((_warm_step, WARMUP_STEPS), (_timed_step, STEPS),
-                        (_counted_step, STATEMENT_SAMPLE_STEPS)):  # fmt: skip
+    for size in sizes:
+        _prime_step(size, model)
+    for run, rounds in ((_warm_step, WARMUP_STEPS), (_counted_step, STATEMENT_SAMPLE_STEPS),
+                        (_timed_step, STEPS)):  # fmt: skip
+        before = [size.compactions() for size in sizes]
         for _ in range(rounds):
             for size in sizes:
                 run(size, model)
-        if run is _warm_step:
-            for size in sizes:
-                _checked_history(size)
+        if run is _timed_step:
+            for size, count in zip(sizes, before, strict=True):
+                size.compactions_timed = size.compactions() - count
     for size in sizes:
         _checked_answers(size)
 
@@ -370,14 +513,20 @@ def _size_row(size: Size, base: Size) -> Row:
         db_statements_counted=list(size.statements),
         context_bytes_p50=statistics.median(size.context_bytes),
         context_messages_p50=statistics.median(size.context_messages),
-        build_s=round(size.build_s, 3),
+        context_messages_max=max(size.context_messages), compactions_timed=size.compactions_timed,
+        first_compaction_s=round(size.first_compaction_s, 3) if size.compacted else None,
+        first_compaction=size.first_compaction or None, build_s=round(size.build_s, 3),
     )  # fmt: skip
     if size is base:
         text = f"baseline; wall p50 {wall_p50:.1f} ms"
     else:
         text = f"CPU {cpu_ratio:.2f}x, wall {wall_ratio:.2f}x of 10"
-    statements = _fewest_statements(size)
-    return replace(row, measured=f"{text}; {statements} stmts; context {_kilobytes(size)}")
+    statements, compactions = _fewest_statements(size), size.compactions_timed
+    return replace(
+        row,
+        measured=f"{text}; {statements} stmts; context {_kilobytes(size)}; "
+        f"{compactions} compaction{'' if compactions == 1 else 's'} timed",
+    )
 
 
 def _rows(sizes: Sequence[Size]) -> list[Row]:

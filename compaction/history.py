@@ -14,6 +14,7 @@ step runs as many statements at 10 messages as at 10,000.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from threads.models import MessageStatus, Thread
@@ -25,8 +26,8 @@ STUB_KEEP_CHARS = 200
 _FIELDS = StoredMessage._fields
 _MESSAGE_COLUMNS = [f"m.{name}" for name in _FIELDS]
 _MESSAGE_COLUMNS[_FIELDS.index("content")] = (
-    "CASE WHEN c.id IS NOT NULL AND m.role = 'tool' AND m.seq <= c.cleared_through "
-    "AND length(m.content) > c.cleared_over "
+    "CASE WHEN m.role = 'tool' AND m.seq <= (SELECT cleared_through FROM c) "  # noqa: S608
+    "AND length(m.content) > (SELECT cleared_over FROM c) "
     "THEN '[Tool result cleared to keep the context small: ' || length(m.content) "
     "|| ' characters, in the file /.context/tool-results/' || m.seq || '.txt; or call recall "
     "with seq ' || m.seq || '] ' "
@@ -43,18 +44,30 @@ _MARKER_COLUMNS = (
 _MARKER_SELECT = ", ".join(
     f"{column} AS {name}" for column, name in zip(_MARKER_COLUMNS, _FIELDS, strict=True)
 )
+_MESSAGES = (
+    f"SELECT {', '.join(_MESSAGE_COLUMNS)}, 1 AS o FROM threads_message m "  # noqa: S608
+    "WHERE m.thread_id = %(thread)s AND m.depth = 0 AND m.status <> %(pending)s "
+    "AND m.seq > %(after)s AND "
+)
 
-# Literal SQL because every step runs it; every value is a parameter. The marker sorts
-# before a message of the seq it shares (``o``).
+# Literal SQL because every step runs it; every value is a parameter. Each part is a range
+# (or a point) of the messages' (thread, seq) index, so the statement reads only the rows
+# it returns, however long the thread: the messages after the overlay's range (all of them
+# without an overlay), those before it, the first and the last user message when the range
+# holds them, and the marker, which sorts before a message of the seq it shares (``o``).
 HISTORY_SQL = (
     "WITH c AS (SELECT * FROM compaction_compaction "  # noqa: S608
-    "WHERE thread_id = %(thread)s AND side = %(side)s AND status = 'active') "
+    "WHERE thread_id = %(thread)s AND side = %(side)s AND status = 'active'), "
+    "u AS (SELECT seq FROM threads_message WHERE thread_id = %(thread)s AND depth = 0 "
+    "AND role = 'user' AND status <> %(pending)s ORDER BY seq DESC LIMIT 1) "
     f"SELECT {', '.join(_FIELDS)} FROM ("
-    f"SELECT {', '.join(_MESSAGE_COLUMNS)}, 1 AS o FROM threads_message m LEFT JOIN c ON true "
-    "WHERE m.thread_id = %(thread)s AND m.depth = 0 AND m.status <> %(pending)s "
-    "AND m.seq > %(after)s AND (c.id IS NULL OR m.seq < c.from_seq OR m.seq > c.to_seq "
-    "OR m.seq = c.first_user_seq OR m.seq = (SELECT max(seq) FROM threads_message "
-    "WHERE thread_id = %(thread)s AND depth = 0 AND role = 'user' AND status <> %(pending)s)) "
+    f"{_MESSAGES} m.seq > COALESCE((SELECT to_seq FROM c), 0) "
+    f"UNION ALL {_MESSAGES} m.seq < (SELECT from_seq FROM c) "
+    f"UNION ALL {_MESSAGES} m.seq = (SELECT first_user_seq FROM c) "
+    "AND m.seq BETWEEN (SELECT from_seq FROM c) AND (SELECT to_seq FROM c) "
+    f"UNION ALL {_MESSAGES} m.seq = (SELECT seq FROM u) "
+    "AND m.seq <> (SELECT first_user_seq FROM c) "
+    "AND m.seq BETWEEN (SELECT from_seq FROM c) AND (SELECT to_seq FROM c) "
     f"UNION ALL SELECT {_MARKER_SELECT}, 0 AS o "
     "FROM c WHERE c.to_seq > 0 AND c.to_seq > %(after)s"
     ") h ORDER BY seq, o"
@@ -68,6 +81,6 @@ def overlay_history(*, thread: Thread, side: str, after_seq: int) -> list[dict[s
     )
 
 
-def is_marker(message: dict[str, Any]) -> bool:
+def is_marker(message: Mapping[str, Any]) -> bool:
     metadata = message.get("metadata")
     return isinstance(metadata, dict) and metadata.get("status_kind") == MARKER_KIND

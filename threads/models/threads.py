@@ -125,7 +125,13 @@ class Message(ThreadOwned):
                 fields=["thread", "turn_id"],
                 name="message_turn",
                 condition=models.Q(turn_id__isnull=False),
-            )
+            ),
+            # The last user message of a thread in one probe (a compacted context keeps it).
+            models.Index(
+                fields=["thread", "seq"],
+                name="message_top_user",
+                condition=models.Q(role="user", depth=0),
+            ),
         ]
 
     def __str__(self) -> str:
