@@ -198,12 +198,12 @@ def test_two_hundred_turns_past_the_window_keep_working_and_recall_a_compacted_f
     ranges_keep_pairs(thread)
     # The fact was compacted away, then recalled byte for byte.
     fact_row = Message.objects.get(thread=thread, role="tool", seq__lte=4)
-    assert FACT in fact_row.content
+    assert FACT in (fact_row.content or "")
     first = compactions.order_by("created_at").first()
     assert first is not None
     assert first.to_seq >= fact_row.seq
     recalled = Message.objects.get(thread=thread, role="tool", name="recall")
-    found = json.loads(recalled.content)["messages"]
+    found = json.loads(recalled.content or "")["messages"]
     assert {"seq": fact_row.seq, "role": "tool", "name": "echo", "content": fact_row.content,
             "created_at": fact_row.created_at} in found  # fmt: skip
     # Every compaction is in the events, and its summarizer's spend in the logs and ledger.
@@ -216,7 +216,9 @@ def test_two_hundred_turns_past_the_window_keep_working_and_recall_a_compacted_f
     assert purposes.count() == model.summaries
     ledger = LedgerEntry.objects.filter(thread_id=thread.pk, key__startswith="compaction:")
     assert ledger.count() == model.summaries
-    assert sum(row.cost_micros for row in summarized) == sum(e.cost_micros for e in ledger)
+    assert sum(row.cost_micros or 0 for row in summarized) == sum(
+        e.cost_micros or 0 for e in ledger
+    )
 
 
 def test_a_context_length_error_compacts_and_retries_the_step_once(engine: Engine) -> None:

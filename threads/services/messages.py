@@ -94,7 +94,7 @@ def history_json(*, thread: Thread, after_seq: int = 0) -> list[dict[str, Any]]:
     return stored_json(_HISTORY_SQL, [thread.pk, MessageStatus.PENDING, after_seq])
 
 
-def stored_json(sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+def stored_json(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[dict[str, Any]]:
     """The messages a statement selecting :class:`StoredMessage`'s columns finds, as
     :func:`message_json` shapes them."""
     with connection.cursor() as cursor:
