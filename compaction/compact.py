@@ -340,10 +340,12 @@ def _write(
         error=outcome.error,
     )  # fmt: skip
     with flow.outbox.batch():
-        if active is not None:
-            Compaction.objects.filter(pk=active.pk, status=CompactionStatus.ACTIVE).update(
-                status=CompactionStatus.SUPERSEDED
-            )
+        # A revert may have committed since ``active`` was read (the API's, not a flow's:
+        # this flow holds the thread): wait for any in flight, then supersede whatever is
+        # active now, so that one overlay per side stays active.
+        side_rows = Compaction.objects.filter(thread_id=flow.thread.pk, side=side)
+        list(side_rows.select_for_update().exclude(status=CompactionStatus.REVERTED).values("id"))
+        side_rows.filter(status=CompactionStatus.ACTIVE).update(status=CompactionStatus.SUPERSEDED)
         compaction.save(force_insert=True)
         flow.publish(
             "context.compaction.completed",

@@ -42,6 +42,7 @@ from schemathesis.schemas import BaseSchema
 from agents.credentials import credential_save
 from agents.models import PermissionRule
 from common.time import now_us
+from compaction.models import Compaction
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
@@ -128,6 +129,7 @@ class World:
     webhook: str
     delivery: str
     budget: str
+    compaction: str
 
 
 def _world() -> World:
@@ -187,6 +189,18 @@ def _world() -> World:
         webhook=str(webhook.pk),
         delivery=str(delivery.pk),
         budget=str(budget.pk),
+        compaction=str(
+            Compaction.objects.create(
+                tenant=tenant,
+                thread=thread,
+                side="a",
+                tier="summary",
+                trigger="proactive",
+                from_seq=1,
+                to_seq=1,
+                summary_text="Summary",
+            ).pk
+        ),
     )
 
 
@@ -247,6 +261,7 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         else world.thread,
         "name": next((name for prefix, name in NAMES.items() if path.startswith(prefix)), ""),
         "message_id": world.message,
+        "compaction_id": world.compaction,
         "log_id": world.log,
         "key": "plan",
         "file_path": "notes/plan.txt",

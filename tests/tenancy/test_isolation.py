@@ -21,6 +21,7 @@ from agents.credentials import credential_save
 from agents.models import PermissionRule, ProviderCredential
 from agents.registry import thread_endpoint, use_registry
 from common.time import now_us
+from compaction.models import Compaction
 from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import ApiKey, Role, Tenant
@@ -86,6 +87,16 @@ def _owned_credential(tenant: Tenant) -> dict[str, str]:
 
 def _owned_thread(tenant: Tenant) -> dict[str, str]:
     return {"thread_id": str(make_thread(tenant).id)}
+
+
+def _owned_compaction(tenant: Tenant) -> dict[str, str]:
+    """An active compaction of the tenant's thread (the one a revert may revert)."""
+    thread = make_thread(tenant)
+    compaction = Compaction.objects.create(
+        tenant=tenant, thread=thread, side="a", tier="summary", trigger="proactive",
+        from_seq=2, to_seq=3, summary={"intent": "private"}, summary_text="private",
+    )  # fmt: skip
+    return {"thread_id": str(thread.id), "compaction_id": str(compaction.id)}
 
 
 def _owned_message(tenant: Tenant) -> dict[str, str]:
@@ -227,6 +238,9 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-log-detail": _owned_log,
     "thread-events": _owned_events,
     "thread-storage": _owned_events,
+    "thread-compactions": _owned_thread,
+    "thread-compaction-detail": _owned_compaction,
+    "thread-compaction-revert": _owned_compaction,
     "thread-endpoint": lambda tenant: {**_owned_thread(tenant), "route": "ping"},
     "thread-kv": _owned_thread,
     "thread-kv-detail": _owned_value,
@@ -289,6 +303,7 @@ def _tenant_state(tenant: Tenant) -> object:
         list(ProviderCredential.objects.for_tenant(tenant).values()),
         list(Thread.objects.for_tenant(tenant).values()),
         list(Message.objects.for_tenant(tenant).values()),
+        list(Compaction.objects.for_tenant(tenant).values()),
         list(Log.objects.for_tenant(tenant).values()),
         list(ThreadValue.objects.for_tenant(tenant).values()),
         list(ThreadEnv.objects.for_tenant(tenant).values()),

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from threads.events.context_payloads import (
+    CompactionCompleted,
+    CompactionFailed,
+    CompactionStarted,
+    OutputSpilled,
+    RuntimeWarned,
+)
 from threads.events.vocabulary import EventType
 
 # Engine events also carry the flow's ``flow_id`` (lifted into the envelope).
@@ -18,7 +25,8 @@ class ThreadCreated(TypedDict):
 
 
 class ThreadUpdated(TypedDict):
-    """Tags or metadata changed (``fields``), or the agent changed by a handoff (``agent``)."""
+    """Tags or metadata changed (``fields``), the agent changed by a handoff (``agent``),
+    or a compaction was reverted (``fields: ["compactions"]``)."""
 
     id: str
     fields: list[str]
@@ -295,68 +303,6 @@ class LimitChanged(TypedDict):
     spent_tokens: int
     limit_micros: int | None
     limit_tokens: int | None
-
-
-class CompactionStarted(TypedDict):
-    """Compaction of side ``side``'s context began (``trigger``: ``proactive`` before a step,
-    ``reactive`` after the provider refused a context as too long, ``idle`` after a turn,
-    ``manual``); ``tokens_before`` is the context's estimate."""
-
-    flow_id: str
-    side: str
-    trigger: str
-    tokens_before: int
-
-
-class CompactionCompleted(TypedDict):
-    """A compaction overlay was written: ``tier`` ``tool_results`` (old large results
-    cleared), ``summary`` (a range summarized) or ``truncation`` (a range left out after
-    summarizing failed); its range, token figures, the summarizer's model, tokens and cost."""
-
-    flow_id: str
-    compaction_id: str
-    side: str
-    trigger: str
-    tier: str
-    from_seq: int
-    to_seq: int
-    tokens_before: int
-    tokens_after: int
-    extends: str | None
-    model: str | None
-    input_tokens: int
-    output_tokens: int
-    cost_micros: int | None
-
-
-class CompactionFailed(TypedDict):
-    """Summarizing failed (``error``); ``fallback`` says what the step sees instead
-    (``truncation``, or None when nothing changed)."""
-
-    flow_id: str
-    side: str
-    trigger: str
-    error: str
-    fallback: str | None
-
-
-class RuntimeWarned(TypedDict):
-    """Something degraded without failing the turn (``code`` names it)."""
-
-    flow_id: str
-    code: str
-    message: str
-
-
-class OutputSpilled(TypedDict):
-    """A large output was copied to the thread's file ``path`` (a compaction cleared the
-    tool result of message ``seq`` from the context)."""
-
-    flow_id: str
-    path: str
-    seq: int
-    bytes: int
-    tool_call_id: str
 
 
 class Custom(TypedDict):
