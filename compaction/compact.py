@@ -25,6 +25,7 @@ from compaction.policy import Policy, text_tokens
 from threads.models import SubagentLink
 from threads.runtime.engine.agent import prompt_hooks
 from threads.runtime.engine.aside import aside_call
+from threads.runtime.engine.spend import SpendHalt
 from threads.services.files.writing import file_write
 
 if TYPE_CHECKING:
@@ -151,7 +152,14 @@ def compact(
     )
     outcome = _cleared(flow, chosen, active, policy, tokens_before, target)
     if outcome is None:
-        outcome = _summarized(flow, side, chosen, active, policy, trigger, tokens_before)
+        try:
+            outcome = _summarized(flow, side, chosen, active, policy, trigger, tokens_before)
+        except SpendHalt as halt:  # no budget for the summary: the turn pauses or ends
+            flow.publish(
+                "context.compaction.failed",
+                {"side": side, "trigger": trigger, "error": halt.message, "fallback": None},
+            )
+            raise
     written = _write(flow, side, trigger, policy, chosen, active, outcome, tokens_before)
     hooks.notify(HookName.AFTER_COMPACTION, compaction_json(written))
     return written
