@@ -78,13 +78,18 @@ def _unsplit(messages: Sequence[Mapping[str, Any]], start: int) -> int:
     owner: dict[str, int] = {}
     need = [len(messages)] * (len(messages) + 1)
     answers = [len(messages)] * len(messages)
+    unanswered: dict[str, int] = {}
     for index, message in enumerate(messages):
         if message.get("role") == "tool":
-            answers[index] = owner.get(str(message.get("tool_call_id")), index)
+            call_id = str(message.get("tool_call_id"))
+            answers[index] = owner.get(call_id, index)
+            unanswered.pop(call_id, None)
         for call in _calls(message):
-            owner[str(call.get("id"))] = index
+            owner[str(call.get("id"))] = unanswered[str(call.get("id"))] = index
     for index in range(len(messages) - 1, -1, -1):
         need[index] = min(need[index + 1], answers[index])
+    # A call still waiting for its result (a pending approval, a paused step) stays too.
+    start = min([start, *unanswered.values()])
     while 0 < start < len(messages) and (
         messages[start].get("role") == "tool" or need[start] < start
     ):

@@ -146,8 +146,20 @@ class Compactor:
         stored = context.stored.get(side)
         if stored is None:
             stored = self.history(flow, prompt, side, 0)
-        written = compact(flow, prompt, side, policy, stored, trigger=trigger,
-                          tokens_before=before, target=target)  # fmt: skip
+        try:
+            written = compact(flow, prompt, side, policy, stored, trigger=trigger,
+                              tokens_before=before, target=target)  # fmt: skip
+        except (SpendHalt, FlowAborted, StaleFence):
+            raise
+        except Exception as error:  # a bug here must not fail the step: it goes uncompacted
+            logger.exception("flow %s: compacting side %s failed", flow.flow_id, side)
+            flow.publish(
+                "runtime.warning",
+                {"code": "compaction_error",
+                 "message": f"compacting the context failed ({type(error).__name__}); the "
+                            "step is sent without it"},
+            )  # fmt: skip
+            return False
         if written is None:
             return False
         context.reported = None  # the next call's context is a new one

@@ -400,3 +400,45 @@ def read_file(thread: Thread, path: str) -> str:
     data = file_read(thread=thread, path=path)
     assert data is not None, path
     return data.decode()
+
+
+def test_plan_keeps_a_call_still_waiting_for_its_result() -> None:
+    from compaction.compact import plan
+
+    waiting = json.dumps([{"id": "w1", "type": "function",
+                           "function": {"name": "refund", "arguments": "{}"}}])  # fmt: skip
+    stored = [
+        {"seq": seq, "role": role, "content": "x" * 100}
+        for seq, role in enumerate(["user", "assistant", "user", "assistant", "user"], start=1)
+    ]
+    stored.append({"seq": 6, "role": "assistant", "content": None, "tool_calls": waiting})
+    chosen = plan(stored, 0)  # no tail asked for: the waiting call is kept all the same
+    assert chosen is not None
+    assert [row["seq"] for row in chosen.covered] == [2, 3, 4, 5]
+
+
+def test_a_compaction_that_breaks_leaves_the_step_uncompacted_with_a_warning(
+    engine: Engine,
+) -> None:
+    from agents.models import Model
+
+    engine.define(
+        models=[{"name": "m", "provider": "scripted", "model_id": "window",
+                 "config": {"rules": [{"respond": {"text": "x"}}]}},
+                {"name": "cheap", "provider": "scripted", "model_id": "window",
+                 "config": {"rules": [{"respond": {"text": "{}"}}]}}],
+        prompts=[prompt("support", compaction={"context_window": 2_000, "idle_trigger": 1.0,
+                                               "summarizer_model": "cheap"})],
+        agents=[{"name": "support", "side_a": {"prompt": "support"}}],
+    )  # fmt: skip
+    thread = engine.thread("support")
+    # The summarizer's definition goes away under the running thread.
+    Model.objects.filter(tenant=engine.tenant, name="cheap").delete()
+    model = WindowModel(window=1_000_000)
+    for number in range(30):
+        assert turn(engine, thread, model, f"Turn {number}. {FILLER}").status == "completed"
+    warnings = Event.objects.filter(thread=thread, type="runtime.warning")
+    assert warnings.exists()
+    assert {e.payload["code"] for e in warnings} == {"compaction_error"}
+    assert not Compaction.objects.filter(thread=thread).exists()
+    assert model.summaries == 0

@@ -9,8 +9,8 @@ from typing import TypedDict
 
 class CompactionStarted(TypedDict):
     """Compaction of side ``side``'s context began (``trigger``: ``proactive`` before a step,
-    ``reactive`` after the provider refused a context as too long, ``idle`` after a turn,
-    ``manual``); ``tokens_before`` is the context's estimate."""
+    ``reactive`` after the provider refused a context as too long, ``idle`` after a turn);
+    ``tokens_before`` is the context's estimate."""
 
     flow_id: str
     side: str
