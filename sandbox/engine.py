@@ -12,7 +12,8 @@ Stages and the status each failure settles with:
    ``prelude.js`` bridge, then hardening (no code generation from strings, no
    non-ECMAScript globals);
 3. compile and link the module graph (``link_error``: syntax errors, unknown, URL or
-   relative-but-unsupplied specifiers, missing exports);
+   relative-but-unsupplied specifiers, missing exports; a linkage failure is located at
+   the import that caused it, in the importer's own source);
 4. evaluate and resolve the configured export per spec 13.5 (``error``, ``link_error``
    for a missing export, ``success``), draining jobs and serving host calls.
 
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterable
 from importlib import resources
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import quickjs
 
@@ -42,6 +43,7 @@ from sandbox.typescript import (
     UnsupportedTypeScript,
     declared_names,
     erase,
+    import_site,
     nesting_at,
 )
 
@@ -56,6 +58,9 @@ _FRAME: Final = re.compile(r"^\s*at (?:[^(]*\()?(?P<file>.+?):(?P<line>\d+):(?P<
 MEMORY_SUSPICION_RATIO: Final = 0.25
 _MEMORY: Final = re.compile(r"out of memory|too large to allocate|allocation failed", re.I)
 _STACK: Final = re.compile(r"stack size exceeded|stack overflow", re.I)
+# QuickJS's linkage failures for an export (not found, ambiguous, circular), which name the
+# module by its resolved name.
+_EXPORT_FAILURE: Final = re.compile(r"export '(?P<name>[^']*)' in module '(?P<module>[^']*)'")
 # Syntax-tree levels around a compile error from which nesting is named as its cause
 # (QuickJS gives up somewhere between 1,000 and 4,000, depending on the construct).
 DEEP_NESTING: Final = 1000
@@ -69,6 +74,14 @@ class Link(Protocol):
     def next_message(self) -> dict[str, Any]:
         """Block for the next ``tool_result`` or ``cancel`` of this execution."""
         ...
+
+
+class _Request(NamedTuple):
+    """One module request met while linking: ``importer`` asked for ``specifier``."""
+
+    importer: str
+    specifier: str
+    resolved: str
 
 
 class _Settled(Exception):
@@ -126,6 +139,8 @@ class _Run:
         self.module_access: JSValue | None = None
         self.linking = True
         self.failed_specifier: str | None = None
+        self.failed_module: str | None = None
+        self.requests: list[_Request] = []
         self._callbacks: tuple[Any, ...] = ()
 
     # -- stages -----------------------------------------------------------------------
@@ -293,10 +308,13 @@ class _Run:
         # QuickJS hands over a lone surrogate in a specifier as its WTF-8 bytes:
         # "surrogatepass" keeps it a character instead of failing the resolution.
         try:
-            resolved = self._resolve(_text(base), _text(name))
+            importer, specifier = _text(base), _text(name)
+            resolved = self._resolve(importer, specifier)
         except Exception as error:  # must not unwind through C
             capi.throw_reference_error(js_context, f"cannot resolve module: {error}")
             return None
+        if self.linking:
+            self.requests.append(_Request(importer, specifier, resolved))
         address: int | None = lib.js_strdup(js_context, resolved.encode("utf-8", "surrogatepass"))
         return address
 
@@ -319,6 +337,7 @@ class _Run:
         except LookupError as refusal:
             if self.linking and self.failed_specifier is None:
                 self.failed_specifier = name.partition(":")[2] if ":" in name else name
+                self.failed_module = name
             capi.throw_reference_error(js_context, str(refusal.args[0]))
             return None
         except Exception as error:  # must not unwind through C
@@ -382,9 +401,62 @@ class _Run:
         if not separator:
             name, message = "Error", first
         error: dict[str, Any] = {"name": name, "message": message, "stack": text}
-        if status == "link_error" and self.failed_specifier is not None:
-            error["specifier"] = self.failed_specifier
+        if status == "link_error":
+            self._point_at_import(error)
         return self._classify(status, error)
+
+    def _point_at_import(self, error: dict[str, Any]) -> None:
+        """Tie a linkage failure to the import that caused it, which QuickJS does not: the
+        specifier of a module that could not be loaded, or the name imported from a module
+        that does not export it. The position, in the importer's source as the caller wrote
+        it (the TypeScript, not its erasure), goes into the stack as a frame, where
+        ``_classify`` finds it like any other.
+        """
+        site: tuple[str, int, int] | None = None
+        if self.failed_module is not None:
+            error["specifier"] = self.failed_specifier
+            # The module that failed to load is the last one requested under its name.
+            failed = [r for r in self.requests if r.resolved == self.failed_module]
+            site = self._site(failed[-1]) if failed else None
+        elif (missing := _EXPORT_FAILURE.search(error["message"])) is not None:
+            site = self._export_site(error, missing["module"], missing["name"])
+        if site is not None:
+            importer, line, column = site
+            stack = str(error.get("stack") or "").rstrip("\n")
+            error["stack"] = f"{stack}\n    at {importer}:{line}:{column}\n"
+
+    def _export_site(
+        self, error: dict[str, Any], module: str, name: str
+    ) -> tuple[str, int, int] | None:
+        """Where the missing export ``name`` of ``module`` is first imported. QuickJS names
+        the module by its resolved name (``import:env``): the message gets the importer's
+        specifier instead, which also becomes the error's ``specifier``."""
+        requests = [r for r in self.requests if r.resolved == module]
+        if not requests:
+            return None
+        for request in requests:
+            site = self._site(request, name)
+            if site is not None:
+                break
+        else:  # no import names it (an `export *` chain, say): point at the first request
+            request = requests[0]
+            site = self._site(request)
+        for key in ("message", "stack"):
+            head, quoted, tail = str(error.get(key) or "").rpartition(f"'{module}'")
+            error[key] = f"{head}'{request.specifier}'{tail}" if quoted else tail
+        error["specifier"] = request.specifier
+        return site
+
+    def _site(self, request: _Request, name: str | None = None) -> tuple[str, int, int] | None:
+        if request.importer == self.filename:
+            source: str | None = self.payload["source"]
+        else:
+            source = self.payload["modules"].get(request.importer)
+        if source is None:
+            return None
+        typescript = self.payload["language"] == "typescript"
+        position = import_site(source, request.specifier, name, typescript=typescript)
+        return None if position is None else (request.importer, *position)
 
     def _classify(self, status: str, error: dict[str, Any]) -> dict[str, Any]:
         info: ErrorInfo = {

@@ -256,6 +256,28 @@
     return { status: 'success', result };
   }
 
+  // The global object's properties in ECMA-262 (2025) section 19: value properties,
+  // function properties, constructors and other properties, and nothing else (spec 13.1:
+  // "only ECMAScript intrinsics"). Left out of that list on purpose: eval and Function
+  // (code generation from strings), SharedArrayBuffer and Atomics, all four refused by
+  // spec 13.1. Everything QuickJS adds is removed: InternalError, Annex B's escape and
+  // unescape (optional outside web browsers), the resource-management proposal's
+  // SuppressedError, DisposableStack and AsyncDisposableStack (not in ECMA-262 2025),
+  // the host's queueMicrotask, performance, atob, btoa, DOMException, and the bridge.
+  const STANDARD_GLOBALS = new Set([
+    'globalThis', 'Infinity', 'NaN', 'undefined',
+    'isFinite', 'isNaN', 'parseFloat', 'parseInt',
+    'decodeURI', 'decodeURIComponent', 'encodeURI', 'encodeURIComponent',
+    'AggregateError', 'Array', 'ArrayBuffer', 'BigInt', 'BigInt64Array', 'BigUint64Array',
+    'Boolean', 'DataView', 'Date', 'Error', 'EvalError', 'FinalizationRegistry',
+    'Float16Array', 'Float32Array', 'Float64Array', 'Int8Array', 'Int16Array', 'Int32Array',
+    'Iterator', 'Map', 'Number', 'Object', 'Promise', 'Proxy', 'RangeError', 'ReferenceError',
+    'RegExp', 'Set', 'String', 'Symbol', 'SyntaxError', 'TypeError', 'Uint8Array',
+    'Uint8ClampedArray', 'Uint16Array', 'Uint32Array', 'URIError', 'WeakMap', 'WeakRef',
+    'WeakSet',
+    'JSON', 'Math', 'Reflect',
+  ]);
+
   const bridge = {
     start(main) {
       import(main).then(resolveExport).then(
@@ -294,18 +316,8 @@
       for (const p of prototypes) {
         Object.defineProperty(p, 'constructor', { value: refuse, writable: false, configurable: false, enumerable: false });
       }
-      const keep = new Set(['Object', 'Function', 'Array', 'Number', 'parseFloat', 'parseInt', 'Infinity', 'NaN',
-        'undefined', 'Boolean', 'String', 'Symbol', 'Date', 'Promise', 'RegExp', 'Error', 'AggregateError', 'EvalError',
-        'RangeError', 'ReferenceError', 'SyntaxError', 'TypeError', 'URIError', 'InternalError', 'SuppressedError',
-        'globalThis', 'JSON', 'Math', 'Intl', 'ArrayBuffer', 'Uint8Array', 'Int8Array', 'Uint16Array', 'Int16Array',
-        'Uint32Array', 'Int32Array', 'Float16Array', 'Float32Array', 'Float64Array', 'Uint8ClampedArray',
-        'BigUint64Array', 'BigInt64Array', 'DataView', 'Map', 'BigInt', 'Set', 'WeakMap', 'WeakSet', 'Proxy',
-        'Reflect', 'FinalizationRegistry', 'WeakRef', 'decodeURI', 'decodeURIComponent', 'encodeURI',
-        'encodeURIComponent', 'escape', 'unescape', 'isFinite', 'isNaN', 'Iterator', 'DisposableStack',
-        'AsyncDisposableStack']);
-      keep.delete('Function');  // `Function` itself is a code generator: removed below
       for (const key of Reflect.ownKeys(globalThis)) {
-        if (!keep.has(key)) delete globalThis[key];
+        if (!STANDARD_GLOBALS.has(key)) delete globalThis[key];
       }
     },
   };

@@ -105,6 +105,89 @@ def nesting_at(source: str, line: int, column: int) -> int:
     return depth
 
 
+def import_site(
+    source: str, specifier: str, name: str | None = None, *, typescript: bool = True
+) -> tuple[int, int] | None:
+    """The 1-based line and column in ``source`` of the first top-level ``import`` or
+    ``export ... from`` of ``specifier`` (of its specifier string), or, when ``name`` is
+    given, of the first such declaration's imported or re-exported ``name``. None when
+    there is none. For ``typescript``, type-only imports are skipped: erasure removes them,
+    so they never link. Columns count UTF-8 bytes, as QuickJS's positions do."""
+    root = _parser().parse(source.encode("utf-8", "surrogatepass")).root_node
+    for statement in root.named_children:
+        if statement.type not in ("import_statement", "export_statement"):
+            continue
+        if typescript and _second_child_is(statement, "type"):
+            continue
+        literal = statement.child_by_field_name("source")
+        if literal is None or _string_value(literal) != specifier:
+            continue
+        if name is None:
+            return _position(literal)
+        named = _imported_name(statement, name, typescript)
+        if named is not None:
+            return _position(named)
+    return None
+
+
+def _imported_name(statement: Node, name: str, typescript: bool) -> Node | None:
+    """The node in ``statement`` that imports or re-exports the export ``name``."""
+    for child in statement.named_children:
+        if child.type == "import_clause":
+            for part in child.named_children:
+                if part.type == "identifier" and name == "default":
+                    return part
+                if part.type == "named_imports":
+                    found = _specifier_named(part, name, typescript)
+                    if found is not None:
+                        return found
+        elif child.type == "export_clause":
+            found = _specifier_named(child, name, typescript)
+            if found is not None:
+                return found
+    return None
+
+
+def _specifier_named(clause: Node, name: str, typescript: bool) -> Node | None:
+    for specifier in clause.named_children:
+        if typescript and specifier.children and specifier.children[0].type == "type":
+            continue
+        imported = specifier.child_by_field_name("name")
+        if imported is None:
+            continue
+        text = _string_value(imported) if imported.type == "string" else _source_text(imported)
+        if text == name:
+            return imported
+    return None
+
+
+_SIMPLE_ESCAPES = {
+    "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "0": "\0",
+}  # fmt: skip
+
+
+def _string_value(node: Node) -> str:
+    """The value of a string literal node (its escape sequences decoded)."""
+    parts: list[str] = []
+    for child in node.named_children:
+        text = _source_text(child)
+        if child.type != "escape_sequence":
+            parts.append(text)
+        elif text[1] in "\r\n\u2028\u2029":
+            continue  # a line continuation adds nothing
+        elif text[1] == "x":
+            parts.append(chr(int(text[2:], 16)))
+        elif text[1] == "u":
+            parts.append(chr(int(text[2:].strip("{}"), 16)))
+        else:
+            parts.append(_SIMPLE_ESCAPES.get(text[1], text[1]))
+    return "".join(parts)
+
+
+def _source_text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "surrogatepass")
+
+
 def top_level_names(root: Node) -> set[str]:
     names: set[str] = set()
     for child in root.named_children:
