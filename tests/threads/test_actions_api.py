@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from agents.registry import tool
 from tenancy.models import Role
 from tests.threads.runtime.conftest import Engine, prompt
+from threads.events import envelope_of
 from threads.models import Action, Event, Thread
 
 Json = dict[str, Any]
@@ -175,6 +176,13 @@ def test_action_events_reach_the_tenant_stream_and_carry_the_action(
     assert required.payload["action_id"] == str(action.pk)
     assert required.payload["action"]["status"] == "pending"
     assert required.turn_id == str(action.turn_id)
+    # The envelope carries the action too, replayed as broadcast.
+    assert envelope_of(required)["action_id"] == str(action.pk)
+    asked = Event.objects.get(thread=thread, type="permission.requested")
+    assert envelope_of(asked)["action_id"] == str(action.pk)
+    started = Event.objects.filter(thread=thread, type="turn.started").first()
+    assert started is not None
+    assert envelope_of(started)["action_id"] is None
 
 
 def test_an_action_is_found_only_under_its_own_thread(

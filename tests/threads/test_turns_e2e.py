@@ -41,7 +41,7 @@ from tests.worker import (
     worker_start,
 )
 from threads.events import envelope_of
-from threads.models import TURN_TERMINAL, Event, Message, Thread, Turn
+from threads.models import TURN_TERMINAL, Event, Log, Message, Thread, Turn
 from threads.runtime.driver import threads_sweep
 from threads.services.threads import thread_create
 
@@ -461,6 +461,54 @@ def test_rollback_cancels_the_running_turn_deleting_every_message_it_wrote(
     assert sorted(event.payload["id"] for event in deleted) == sorted(id for _, id in written)
 
 
+def test_messages_posted_while_a_turn_runs_join_it_before_its_next_model_call(
+    tenant: Tenant, worker: Worker, api: Api
+) -> None:
+    # The first call is slow and calls a tool; two messages are posted meanwhile: the turn
+    # stores them after the tool's result and answers them in its second (last) call.
+    bundle_import(
+        tenant=tenant,
+        document={
+            "version": 1,
+            "models": [{"name": "m", "provider": "scripted", "model_id": "scripted",
+                        "config": {"rules": [
+                            {"when": {"last_user_contains": "count"},
+                             "respond": {"tool_calls": [{"name": "count_words",
+                                                         "arguments": {"text": "a b c"}}],
+                                         "delay_ms": SLOW_MS}},
+                            {"respond": {"text": ANSWER}}]}}],
+            "prompts": [{"name": "p", "tool_description": "The chat prompt", "prompt": "Help.",
+                         "model": "m", "include_chat": True, "include_past_tools": True,
+                         "tools": ["count_words"]}],
+            "agents": [{"name": "chat", "side_a": {"prompt": "p"}}],
+        },
+    )  # fmt: skip
+    thread = thread_create(tenant=tenant, agent_name="chat")
+    first = api.accepted(thread, "count these")["id"]
+    _in_model_call(thread, worker)
+
+    posted = [
+        api.client.post(f"/api/v1/threads/{thread.id}/messages", {"content": text},
+                        format="json").json()
+        for text in ("and then this", "and finally that")
+    ]  # fmt: skip
+    (ended,) = _ended([first], worker)
+
+    assert [body["turn"]["joined_turn_id"] for body in posted] == [first, first]
+    assert (ended.status, ended.outcome) == ("completed", DONE)
+    assert [(role, content) for role, content, _ in _history(thread)] == [
+        ("user", "count these"), ("assistant", None), ("tool", "3"),
+        ("user", "and then this"), ("user", "and finally that"),
+        ("assistant", "ok: and finally that"),
+    ]  # fmt: skip
+    assert {turn_id for _, _, turn_id in _history(thread)} == {first}  # one flow wrote all
+    joined = Turn.objects.filter(pk__in=[body["turn_id"] for body in posted])
+    assert {(turn.status, str(turn.host_id)) for turn in joined} == {("completed", first)}
+    flows = Log.objects.filter(thread=thread, kind="flow")
+    calls = Log.objects.filter(thread=thread, kind="llm")
+    assert (flows.count(), calls.count()) == (1, 2)
+
+
 # Wait and stream -----------------------------------------------------------------------------
 
 
@@ -820,3 +868,5 @@ def test_turn_of_a_killed_worker_reads_lost_and_the_sweep_completes_it_once(
     assert model["status"] == "waiting_input"
     assert [(i["incident"], i["turn_id"]) for i in model["incidents"]] == [("takeover", turn_id)]
     assert "taking over a turn whose worker stopped" in worker.log()
+    warnings = Event.objects.filter(thread=thread, type="runtime.warning")
+    assert [event.payload["code"] for event in warnings] == ["takeover"]

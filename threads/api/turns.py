@@ -38,7 +38,9 @@ SUBMIT_DESCRIPTION = (
     "Queues a message as a turn and answers 202 with it at once. `multitask_strategy` says "
     "what happens to a turn already running: `enqueue` (wait behind it, in submission order), "
     "`reject` (409 `thread_busy` naming it), `interrupt` (it ends cancelled, what it wrote "
-    "stays) or `rollback` (it ends cancelled and what it wrote is deleted). A repeat with the "
+    "stays), `rollback` (it ends cancelled and what it wrote is deleted) or `join` (the "
+    "message joins the running turn, stored before its next model call; with none running, "
+    "as `enqueue`). A repeat with the "
     "same `Idempotency-Key` answers the first answer and queues nothing."
 )
 REMOVE_DESCRIPTION = "The queued turn ends `cancelled` (outcome `removed`); 409 for any other."

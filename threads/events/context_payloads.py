@@ -1,5 +1,5 @@
-"""The payloads of the context events: compaction (docs/compaction.md), the warnings a
-degraded step leaves, and spilled outputs (declared with the rest in
+"""The payloads of the context events: compaction (docs/compaction.md), the runtime's
+warnings and errors, and spilled outputs (declared with the rest in
 :data:`threads.events.payloads.PAYLOADS`)."""
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class CompactionFailed(TypedDict):
 
 
 class RuntimeWarned(TypedDict):
-    """Something degraded without failing the turn (``code`` names it)."""
+    """``runtime.warning``: something degraded without failing the turn; ``runtime.error``:
+    something failed it (``code`` names it, ``message`` says it)."""
 
     flow_id: str
     code: str

@@ -31,7 +31,8 @@ def tenant_group(*, tenant_id: Any) -> str:
 class Envelope:
     """One event as clients receive it (ARCHITECTURE §6). ``sequence`` is None for ephemeral
     events; ``timestamp`` is µs; ``turn_id`` names the turn the event belongs to and
-    ``flow_id`` the flow (one execution attempt of it) that produced it."""
+    ``flow_id`` the flow (one execution attempt of it) that produced it; ``action_id`` the
+    action (a person's approval or input) an action or permission event belongs to."""
 
     type: str
     event_id: str
@@ -46,6 +47,7 @@ class Envelope:
     step_id: str | None = None
     tool_call_id: str | None = None
     subagent_id: str | None = None
+    action_id: str | None = None
     refs: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ class Envelope:
             "step_id": self.step_id,
             "tool_call_id": self.tool_call_id,
             "subagent_id": self.subagent_id,
+            "action_id": self.action_id,
             "payload": self.payload,
             "refs": self.refs,
         }
@@ -84,9 +87,16 @@ def envelope_of(event: Event, *, session_id: str | None = None) -> dict[str, Any
         turn_id=event.turn_id or None,
         step_id=event.step_id or None,
         tool_call_id=event.tool_call_id or None,
-        subagent_id=event.payload.get("subagent_id") if isinstance(event.payload, dict) else None,
+        subagent_id=lifted(event.payload, "subagent_id"),
+        action_id=lifted(event.payload, "action_id"),
         refs=event.refs,
     ).as_json()
+
+
+def lifted(payload: object, key: str) -> str | None:
+    """A payload id the envelope carries too (``subagent_id``, ``action_id``)."""
+    value = payload.get(key) if isinstance(payload, dict) else None
+    return str(value) if value else None
 
 
 def session_id_of(thread: Thread) -> str:

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from common.ids import new_id
 from common.time import now_us
 from threads.broadcast import broadcast, broadcast_many
-from threads.events.envelope import Envelope, session_id_of, tenant_group, thread_group
+from threads.events.envelope import Envelope, lifted, session_id_of, tenant_group, thread_group
 from threads.events.payloads import REQUIRED
 from threads.events.vocabulary import (
     EPHEMERAL,
@@ -80,6 +80,7 @@ class _Row:
     step_id: str
     tool_call_id: str
     subagent_id: str | None
+    action_id: str | None
 
     def envelope(self, thread: Thread, sequence: int | None, session_id: str) -> dict[str, Any]:
         return Envelope(
@@ -88,7 +89,7 @@ class _Row:
             thread_id=str(thread.pk), payload=self.payload, flow_id=self.flow_id or None,
             turn_id=self.turn_id or None, step_id=self.step_id or None,
             tool_call_id=self.tool_call_id or None, subagent_id=self.subagent_id,
-            refs=self.refs,
+            action_id=self.action_id, refs=self.refs,
         ).as_json()  # fmt: skip
 
 
@@ -103,7 +104,7 @@ def _row(
         flow_id=flow_id or str(payload.get("flow_id") or ""),
         turn_id=turn_id or str(payload.get("turn_id") or ""), step_id=step_id,
         tool_call_id=str(payload.get("tool_call_id") or ""),
-        subagent_id=payload.get("subagent_id"),
+        subagent_id=payload.get("subagent_id"), action_id=lifted(payload, "action_id"),
     )  # fmt: skip
 
 

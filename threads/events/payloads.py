@@ -361,6 +361,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.CONTEXT_COMPACTION_COMPLETED: CompactionCompleted,
     EventType.CONTEXT_COMPACTION_FAILED: CompactionFailed,
     EventType.RUNTIME_WARNING: RuntimeWarned,
+    EventType.RUNTIME_ERROR: RuntimeWarned,
     EventType.OUTPUT_SPILLED: OutputSpilled,
     EventType.CUSTOM: Custom,
 }

@@ -62,6 +62,7 @@ class EventType(StrEnum):
     CONTEXT_COMPACTION_COMPLETED = "context.compaction.completed"
     CONTEXT_COMPACTION_FAILED = "context.compaction.failed"
     RUNTIME_WARNING = "runtime.warning"
+    RUNTIME_ERROR = "runtime.error"
     OUTPUT_SPILLED = "output.spilled"
     CUSTOM = "custom"
 

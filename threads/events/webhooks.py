@@ -35,6 +35,7 @@ WEBHOOK_EVENTS: Final = frozenset(
         EventType.LIMIT_CHANGED,
         EventType.CONTEXT_COMPACTION_FAILED,
         EventType.RUNTIME_WARNING,
+        EventType.RUNTIME_ERROR,
     }
 )
 

@@ -43,6 +43,9 @@ class TurnStrategy(models.TextChoices):
     REJECT = "reject"  # refuse with 409 when a turn is active or queued
     INTERRUPT = "interrupt"  # cancel it (what it wrote stays) and run next
     ROLLBACK = "rollback"  # cancel it, delete what it wrote, and run next
+    # Join the running turn: drained before its next model call (runtime §2, §9); with no
+    # turn running, wait like ``enqueue``.
+    JOIN = "join"
 
 
 class Turn(ThreadOwned):

@@ -46,6 +46,7 @@ from threads.models import (
     Turn,
 )
 from threads.runtime.engine import Flow, Runtime, Side
+from threads.runtime.engine.bell import inputs_ring
 from threads.runtime.stops import StopReason
 from threads.services import wakeups
 from threads.services.control import (
@@ -64,8 +65,7 @@ from threads.services.lock import (
     outage_note,
     outage_noted,
 )
-from threads.services.logs import log_create
-from threads.services.recovery import close_unanswered_calls
+from threads.services.recovery import close_unanswered_calls, incident_record
 from threads.services.status import thread_rest, turn_fail_crashed, turn_resume
 from threads.services.subagents import awaits_release, session_end
 from usage import budgets
@@ -144,7 +144,7 @@ def _drive(
             lock,
             tenant_id=tenant_id,
             thread_id=thread_id,
-            on_signal=lambda _signal: abort.set(),
+            on_signal=lambda signal: inputs_ring(thread_id) if signal == "inputs" else abort.set(),
             on_lost=lambda: _lock_lost(thread, fence, abort),
         ):
             runtime = runtime or Runtime(release_connection=True)
@@ -337,11 +337,7 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
     with transaction.atomic():
         close_unanswered_calls(thread=thread, fence=fence, reason=reason)
         closing = awaits_release(parent=thread)  # its blocking subagent calls were closed too
-        log_create(
-            thread=thread, kind="incident", fence=fence,
-            data={"incident": incident[0], "turn_id": str(turn.pk), "fence": fence,
-                  "detail": incident[1]},
-        )  # fmt: skip
+        incident_record(thread=thread, fence=fence, turn=turn, incident=incident)
     for child in closing:
         child_close(child=child)
     if thread.acting_side in ("a", "b"):

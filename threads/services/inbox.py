@@ -6,7 +6,10 @@ turns one at a time in queue order (FIFO; a promoted or interrupting turn goes f
 input a running turn queues for itself (``state.queue_message``) joins that turn and is
 drained before its next step (runtime §9). ``multitask_strategy`` says what a new turn does
 to the active one: ``enqueue`` (wait behind it), ``reject`` (409), ``interrupt`` (cancel it,
-keep what it wrote) or ``rollback`` (cancel it, delete what it wrote).
+keep what it wrote), ``rollback`` (cancel it, delete what it wrote) or ``join`` (become an
+input of the running turn, drained before its next model call, runtime §2 and §9; with no
+turn running, wait like ``enqueue``). ``join`` is what ``POST .../messages`` and
+``state.queue_message`` at rest do.
 """
 
 from __future__ import annotations
@@ -94,7 +97,8 @@ def turn_submit(
     )  # fmt: skip
     with transaction.atomic():
         active: Turn | None = None
-        if strategy != TurnStrategy.ENQUEUE and host is None:
+        joined = strategy == TurnStrategy.JOIN and host is None and _join(thread, turn)
+        if strategy not in (TurnStrategy.ENQUEUE, TurnStrategy.JOIN) and host is None:
             locked = fence_check(thread=thread, fence=None)
             if locked.terminated_at is not None:
                 raise terminated_error()
@@ -117,9 +121,41 @@ def turn_submit(
             raise NotFound("the thread no longer exists")
         if active is not None:
             turn_cancel_request(thread=thread, turn=active, mode=strategy)
-        if host is None and wake:
+        if joined:
+            _ring_on_commit(thread)
+        elif host is None and wake:
             wake_on_commit(thread)
     return turn
+
+
+def _join(thread: Thread, turn: Turn) -> bool:
+    """Make ``turn`` an input of the thread's running turn, if one runs; True when it did.
+    The thread row is locked first (only when the thread shows running: a resting thread
+    costs nothing), so the running turn cannot end between this read and the insert: its
+    end takes that row too, and then finds the joined input left over and runs it as a turn
+    of its own (never dropped)."""
+    if thread.status not in (RunStatus.RUNNING, RunStatus.RETRYING):
+        return False
+    fence_check(thread=thread, fence=None)
+    running = (
+        Turn.objects.filter(thread_id=thread.pk, host__isnull=True, status__in=TURN_ACTIVE)
+        .only("id")
+        .first()
+    )
+    if running is None:
+        return False
+    turn.host = running
+    return True
+
+
+def _ring_on_commit(thread: Thread) -> None:
+    """Tell the running flow (through its lock holder's control list) that an input joined
+    its turn, after commit; it drains it before its next model call."""
+    tenant_id, thread_id = thread.tenant_id, thread.pk
+    transaction.on_commit(
+        lambda: control_send(tenant_id=tenant_id, thread_id=thread_id, signal="inputs"),
+        robust=True,
+    )
 
 
 def turn_cancel_request(*, thread: Thread, turn: Turn, mode: str) -> None:

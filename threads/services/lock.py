@@ -48,7 +48,8 @@ Id: TypeAlias = UUID | str
 LOCK_TTL_MS: Final = 4_000
 RENEW_EVERY_MS: Final = LOCK_TTL_MS // 3
 CONTROL_TTL_MS: Final = 60_000
-CONTROL_SIGNALS: Final = frozenset({"stop", "terminate", "cancel"})
+# ``inputs``: an input joined the running turn (threads.services.inbox); the others abort.
+CONTROL_SIGNALS: Final = frozenset({"stop", "terminate", "cancel", "inputs"})
 
 # Pub/sub channels are shared by every database number of a Redis server: a doorbell from a
 # process on another database names a key nobody here holds, and wakes nothing.

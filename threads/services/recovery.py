@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from threads.events import Outbox
-from threads.models import Message, MessageRole, MessageStatus, Thread
+from threads.events import Outbox, publish
+from threads.models import Message, MessageRole, MessageStatus, Thread, Turn
 from threads.services.fence import fence_check
+from threads.services.logs import log_create
 from threads.services.messages import message_delete, message_inject
 
 
@@ -46,3 +47,14 @@ def close_unanswered_calls(
             answered.add(call_id)
             written += 1
     return written
+
+
+def incident_record(*, thread: Thread, fence: int, turn: Turn, incident: tuple[str, str]) -> None:
+    """A recovered turn's incident (``(kind, detail)``: ``takeover`` or ``outage``): its log
+    row and a ``runtime.warning`` of that code, in the caller's transaction."""
+    kind, detail = incident
+    log_create(
+        thread=thread, kind="incident", fence=fence,
+        data={"incident": kind, "turn_id": str(turn.pk), "fence": fence, "detail": detail},
+    )  # fmt: skip
+    publish(thread, "runtime.warning", {"flow_id": "", "code": kind, "message": detail})

@@ -18,10 +18,11 @@ from django.db import connection
 
 from agents.registry import HookName, hook, tool
 from common.errors import Conflict
-from tests.threads.runtime.conftest import Engine, Row, prompt, rows
+from tests.threads.runtime.conftest import Engine, Row, drive_with, prompt, rows
 from threads.models import Event, Log, Message, Thread, Turn
 from threads.runtime import stops as stops_module
 from threads.runtime.driver import DriveResult
+from threads.runtime.engine import Runtime
 from threads.runtime.stops import StopReason
 from threads.services.control import thread_stop, thread_terminate
 from threads.services.inbox import continue_queue, message_queue
@@ -188,6 +189,8 @@ def test_stop_tool_completes_the_turn_and_parks_for_the_human(engine: Engine) ->
     ]
     assert len(engine.script.requests) == 1
     assert thread.status == "waiting_input"
+    # ExecutionState.stopped_by: the side whose step met the stop condition, in the flow's log.
+    assert Log.objects.get(thread=thread, kind="flow").data["stopped_by"] == "a"
 
 
 def test_stop_tool_response_property_replaces_the_assistant_content(engine: Engine) -> None:
@@ -400,6 +403,23 @@ def test_step_error_fails_the_pending_row_and_the_thread(engine: Engine) -> None
     assert stored[1].metadata["error_code"] == "provider_chain_failed"
     assert len(engine.script.requests) == 1
     assert thread.status == "failed"
+    (error,) = Event.objects.filter(thread=thread, type="runtime.error")
+    assert error.payload["code"] == "overloaded"
+    assert error.payload["message"] == failure
+
+
+def test_a_fallback_that_answers_is_a_runtime_warning(engine: Engine) -> None:
+    thread = helper(engine)
+    engine.script.error("model overloaded", status=400, retryable=False).text("From the spare.")
+    engine.send(thread, "hello")
+    primary = engine.script.spec("m", fallbacks=[engine.script.spec("spare")])
+
+    drive_with(engine, thread, Runtime(load_model=lambda name: primary, retry_base_delay_s=0))
+
+    (warning,) = Event.objects.filter(thread=thread, type="runtime.warning")
+    assert warning.payload["code"] == "model_fallback"
+    assert "'spare' answered" in warning.payload["message"]
+    assert rows(thread)[-1][2] == "From the spare."
 
 
 def test_state_stop_session_in_a_tool_ends_the_session(engine: Engine) -> None:
@@ -600,6 +620,7 @@ def test_stop_aborts_a_slow_model_call_at_once(
         ("user", "hello", "completed"),
         ("system", "Execution stopped by user", "completed"),
     ]
+    assert Log.objects.get(thread=thread, kind="flow").data["stopped_by"] is None  # no side
     assert stored[1].metadata["status_kind"] == "stopped_by_user"
     thread.refresh_from_db()
     assert (thread.status, thread.stop_requested) == ("cancelled", True)

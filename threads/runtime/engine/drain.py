@@ -10,6 +10,7 @@ from agents.providers.base import ToolCall
 from threads.models import Turn, TurnKind
 from threads.runtime.engine.agent import prompt_hooks, side_prompt, tool_runner
 from threads.runtime.engine.base import Side
+from threads.runtime.engine.bell import inputs_rung
 from threads.runtime.engine.subagents import immediate_run
 from threads.runtime.engine.writes import message_create
 from threads.runtime.tool_calls import stored_calls
@@ -22,9 +23,9 @@ if TYPE_CHECKING:
 def inputs_drain(flow: Flow) -> Side | None:
     """Persist queued messages (FIFO), run queued tools; returns the side the first
     drained item calls on (user/system -> a, assistant -> b), or None. Reads the inbox only
-    when something can wait there (:attr:`Flow.inputs_waiting`): inputs of a running turn
-    come from its own flow alone."""
-    if not flow.inputs_waiting:
+    when something can wait there: the turn's own input, what its flow queued for itself
+    (:attr:`Flow.inputs_waiting`), or inputs that joined it from outside (the bell rang)."""
+    if not flow.inputs_waiting and not inputs_rung(flow.thread.pk):
         return None
     flow.inputs_waiting = False  # what this drain's hooks and tools queue is taken next time
     # Taking items and storing their messages commit together: a worker that dies in

@@ -168,6 +168,7 @@ class Flow:
             )
             reason, error = StopReason.STEP_ERROR, failed.error.message
             code = error_code(failed.error)
+            self.publish("runtime.error", {"code": code or "step_error", "message": error})
         status, rest = turn_outcome(reason, human_side=side_is_human(self, "b"), error_code=code)
         # The turn's end commits as one: its status, the thread's, the flow's log, the events,
         # and for a child thread its session's outcome (recorded for its parent).
@@ -181,7 +182,8 @@ class Flow:
                 thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
                 data={"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
                       "reason": str(reason), "started_at": started, "ended_at": now_us(),
-                      "steps": self.execution.step_count, "agent": self.agent.name},
+                      "steps": self.execution.step_count, "agent": self.agent.name,
+                      "stopped_by": self.execution.stopped_by},
             )  # fmt: skip
             spend_turn(self)
             if self.thread.parent_id is not None:

@@ -59,6 +59,7 @@ def loop_run(flow: Flow) -> StopReason:
             return StopReason.MAX_TOTAL_STEPS
         after = _after_step(flow, acting, side, step_run(flow, acting, side))
         if isinstance(after, StopReason):
+            execution.stopped_by = acting  # the side whose step ended the flow
             return after
         acting = after
 

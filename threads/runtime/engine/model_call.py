@@ -194,6 +194,12 @@ def _called(
     _retrying(flow, False)
     _checkpoint(flow, pending)
     response = result.response
+    if result.spec.name != spec.name:
+        event_publish(flow, "runtime.warning", {
+            "code": "model_fallback",
+            "message": f"model {spec.name!r} failed ({len(result.failed_attempts)} attempts); "
+                       f"its fallback {result.spec.name!r} answered",
+        })  # fmt: skip
     if response.usage.prompt_tokens:
         sent = len(request.messages)
         context_manager().observed(flow, prompt, sent, response.usage.prompt_tokens)

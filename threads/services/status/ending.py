@@ -28,23 +28,28 @@ _ACTIONS_CANCEL = (
     "WHERE turn_id = %(turn)s AND status = 'pending' "
     "RETURNING id, kind, tool_call_id, tool_name"
 )
+# An input its flow queued for itself (``queue_message``) is part of the turn: cancelled with
+# it. One that joined from outside (a posted message, ``multitask_strategy=join``) is
+# someone's request: never cancelled with the turn it joined, it waits as a turn of its own.
+_KEPT = "(%(keep)s OR source <> 'queue_message')"
 _LEFT_OVER = (
-    "EXISTS (SELECT 1 FROM threads_turn l WHERE l.host_id = %(turn)s AND l.status = 'queued')"
+    "EXISTS (SELECT 1 FROM threads_turn l WHERE l.host_id = %(turn)s AND l.status = 'queued' "  # noqa: S608
+    f"AND {_KEPT})"
 )
 # One statement: the running (or paused) turn and the inputs it drained end; inputs it
-# queued for itself but never drained become turns of their own (or, when it was cancelled,
-# are cancelled with it); its pending actions are cancelled; the thread no longer records it
+# never drained become turns of their own (or, when it was cancelled, those it queued for
+# itself are cancelled with it); its pending actions are cancelled; the thread no longer records it
 # as paused and rests in ``rest``, or shows ``queued`` when turns wait and no stop parks
 # them. Only while ``fence`` is current. Built from constants; every value is a parameter.
 _END = (
     # The row as it was (a statement's CTEs share one snapshot): was the turn paused?
     "WITH was AS (SELECT paused_turn_id FROM threads_thread WHERE id = %(thread)s), "  # noqa: S608
     "t AS (UPDATE threads_thread SET "
-    f"status = CASE WHEN NOT stop_requested AND ({HAS_WAITING} OR (%(keep)s AND {_LEFT_OVER})) "
+    f"status = CASE WHEN NOT stop_requested AND ({HAS_WAITING} OR {_LEFT_OVER}) "
     "THEN 'queued' ELSE %(rest)s END, rest_status = %(rest)s, acting_side = '', "
     "paused_turn_id = CASE WHEN paused_turn_id = %(turn)s THEN NULL ELSE paused_turn_id END, "
     f"updated_at = %(now)s WHERE id = %(thread)s AND fence = %(fence)s "
-    f"RETURNING id, {STATE_COLUMNS}, %(keep)s AND {_LEFT_OVER}), "
+    f"RETURNING id, {STATE_COLUMNS}, {_LEFT_OVER}), "
     "ended AS (UPDATE threads_turn SET status = %(status)s, ended_at = %(now)s, "
     "outcome = %(outcome)s, error = %(error)s, usage = %(usage)s, cancel_requested = '' "
     "WHERE thread_id IN (SELECT id FROM t) AND ((id = %(turn)s AND status = ANY(%(active)s)) "
@@ -52,9 +57,9 @@ _END = (
     "OR (id = %(turn)s AND %(status)s = 'cancelled' AND (status = ANY(%(paused)s) "
     "OR (status = 'queued' AND %(turn)s IN (SELECT paused_turn_id FROM was)))) "
     "OR (host_id = %(turn)s AND status = ANY(%(active)s))) RETURNING id), "
-    "left_over AS (UPDATE threads_turn SET host_id = CASE WHEN %(keep)s THEN NULL "
-    "ELSE host_id END, status = CASE WHEN %(keep)s THEN status ELSE 'cancelled' END, "
-    "ended_at = CASE WHEN %(keep)s THEN NULL ELSE %(now)s END "
+    f"left_over AS (UPDATE threads_turn SET host_id = CASE WHEN {_KEPT} THEN NULL "
+    f"ELSE host_id END, status = CASE WHEN {_KEPT} THEN status ELSE 'cancelled' END, "
+    f"ended_at = CASE WHEN {_KEPT} THEN NULL ELSE %(now)s END "
     "WHERE thread_id IN (SELECT id FROM t) AND host_id = %(turn)s AND status = 'queued'), "
     # A person's decisions the turn still waited for are moot now.
     f"moot AS ({_ACTIONS_CANCEL}) "

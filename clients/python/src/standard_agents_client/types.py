@@ -278,6 +278,7 @@ class Event(TypedDict):
     step_id: str | None
     tool_call_id: str | None
     subagent_id: str | None
+    action_id: str | None
     payload: Json
     refs: Json | None
 
