@@ -33,6 +33,8 @@ from agents.documents import (
     tool_ref_name,
 )
 from agents.permissions import ConditionInvalid, rule_from
+from agents.providers.anthropic_provider import check_anthropic_config
+from agents.providers.openai_provider import check_openai_config
 
 Kind = Literal["models", "prompts", "agents", "code_tools"]
 KINDS: tuple[Kind, ...] = ("models", "prompts", "agents", "code_tools")
@@ -101,6 +103,13 @@ class DefinitionSet:
         return mapping
 
 
+# The ``config`` keys each SDK-backed adapter reads, and what their values must be.
+_SDK_CONFIG_CHECKS: dict[str, SchemaChecker] = {
+    "openai": check_openai_config,
+    "anthropic": check_anthropic_config,
+}
+
+
 @dataclass(frozen=True)
 class Checkers:
     """Schema checks supplied by the registry and provider modules."""
@@ -142,9 +151,13 @@ class _Context:
             elif fallback in seen:
                 yield Problem("models", doc.name, path, f"{fallback!r} is listed twice")
             seen.add(fallback)
-        if doc.provider == "scripted":
-            for path, message in self.checkers.scripted_config(doc.config):
-                yield Problem("models", doc.name, _join("config", path), message)
+        check = (
+            self.checkers.scripted_config
+            if doc.provider == "scripted"
+            else _SDK_CONFIG_CHECKS[doc.provider]
+        )
+        for path, message in check(doc.config):
+            yield Problem("models", doc.name, _join("config", path), message)
         yield from self._model_key(doc)
 
     def _model_key(self, doc: ModelDoc) -> Iterator[Problem]:

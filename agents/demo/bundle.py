@@ -1,4 +1,4 @@
-"""The demo bundle: an ai_human assistant with two function tools and a subprompt, a
+"""The demo bundle: an ai_human assistant with four function tools and a subprompt, a
 dual_ai writer/reviewer pair, and a coordinator that delegates drafts to that pair as a
 subagent on a child thread.
 
@@ -9,12 +9,15 @@ otherwise the scripted model, which answers by fixed rules and says so.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
 SCRIPTED_NOTE = (
     "This is the scripted demo model: it answers by fixed rules, not with a language model. "
-    "Ask it for the time, to count the words of a sentence, or to summarize something. "
+    "Ask it for the time, to count the words of a sentence, to summarize something, to "
+    "remind you of something (in a minute) or to announce something. "
     "Set OPENAI_API_KEY (or OPENAI_BASE_URL) or ANTHROPIC_API_KEY and run `make run` again "
     "to use a real model."
 )
@@ -31,12 +34,25 @@ SCRIPTED_RULES: list[dict[str, Any]] = [
      "respond": {"text": "That is {last_tool_result} words. (scripted demo model)"}},
     {"when": {"last_tool": "summarize"},
      "respond": {"text": "Here is the summary: {last_tool_result}"}},
+    {"when": {"last_tool": "set_reminder"},
+     "respond": {"text": "Done: {last_tool_result}. (scripted demo model)"}},
+    {"when": {"last_tool": "announce"},
+     "respond": {"text": "Done: {last_tool_result}. (scripted demo model)"}},
     {"when": {"system_contains": "You summarize"},
      "respond": {"text": "In short: {last_user_message} (scripted summary)"}},
     {"when": {"system_contains": "You write short drafts"},
      "respond": {"text": "Draft: The sea keeps every promise it never made. (scripted writer)"}},
     {"when": {"system_contains": "You review drafts"},
      "respond": {"text": "Review: vivid; keep it that short. (scripted reviewer)"}},
+    # Only where the prompt offers the tool: a tenant may keep an older assistant prompt.
+    {"when": {"last_role": "user", "last_user_contains": "remind me",
+              "system_contains": "set_reminder"},
+     "respond": {"tool_calls": [{"name": "set_reminder",
+                                 "arguments": {"text": "{last_user_message}", "minutes": 1}}]}},
+    {"when": {"last_role": "user", "last_user_contains": "announce",
+              "system_contains": "announce"},
+     "respond": {"tool_calls": [{"name": "announce",
+                                 "arguments": {"message": "{last_user_message}"}}]}},
     {"when": {"last_role": "user", "last_user_contains": "time"},
      "respond": {"tool_calls": [{"name": "current_time", "arguments": {"timezone": "UTC"}}]}},
     {"when": {"last_role": "user", "last_user_contains": "count"},
@@ -86,13 +102,20 @@ def relies_on_platform_env(doc: Any) -> bool:
     )
 
 
+# The configs of the scripted model as earlier versions of the seed wrote it (sha256 of the
+# key-sorted JSON): still untouched, so a later seed may replace them.
+_EARLIER_SCRIPTED_CONFIGS = frozenset(
+    {"c4305f4e6242b1098a4ff9bfda64b6bc79d2c454dd17744924d006e36cd59f4c"}
+)
+
+
 def is_seeded_scripted_model(doc: Any) -> bool:
-    """Whether a stored model is the scripted demo model exactly as the seed writes it."""
-    return bool(
-        doc.provider == "scripted"
-        and doc.model_id == SCRIPTED_MODEL["model_id"]
-        and doc.config == SCRIPTED_MODEL["config"]
-    )
+    """Whether a stored model is the scripted demo model exactly as this seed or an earlier
+    one writes it."""
+    if doc.provider != "scripted" or doc.model_id != SCRIPTED_MODEL["model_id"]:
+        return False
+    digest = hashlib.sha256(json.dumps(doc.config, sort_keys=True).encode()).hexdigest()
+    return bool(doc.config == SCRIPTED_MODEL["config"] or digest in _EARLIER_SCRIPTED_CONFIGS)
 
 
 def demo_bundle(
@@ -104,17 +127,21 @@ def demo_bundle(
         "prompts": [
             {
                 "name": "assistant",
-                "tool_description": "A friendly assistant that can tell the time, count words "
-                "and summarize",
+                "tool_description": "A friendly assistant that can tell the time, count "
+                "words, summarize, set reminders and make announcements",
                 "prompt": "You are a friendly assistant. Use your tools when they help: "
                 "current_time for the time, count_words to count words, summarize to "
-                "summarize a text. Keep answers short.",
+                "summarize a text, set_reminder to remind the user of something in a number "
+                "of minutes, announce to announce something to the apps watching this "
+                "conversation. Keep answers short.",
                 "model": "demo_model",
                 "include_chat": True,
                 "include_past_tools": True,
                 "tools": [
                     "current_time",
                     "count_words",
+                    "set_reminder",
+                    "announce",
                     {"name": "summarize", "init_user_message_property": "text"},
                 ],
             },
@@ -159,7 +186,9 @@ def demo_bundle(
                 "name": "assistant",
                 "type": "ai_human",
                 "side_a": {"prompt": "assistant", "label": "Assistant"},
-                "description": "Chat with an assistant that has two tools and a subprompt.",
+                "description": "Chat with an assistant that has four tools and a subprompt: "
+                "the time, word counts, reminders (a scheduled effect) and announcements (a "
+                "custom event).",
             },
             {
                 "name": "coordinator",

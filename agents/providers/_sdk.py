@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import queue
 import threading
 from abc import ABC, abstractmethod
@@ -70,6 +71,46 @@ def api_key_of(spec: ModelSpec) -> str:
             code="provider_no_api_key",
         )
     return spec.api_key
+
+
+# What ``config`` of an SDK-backed model may hold: each key read here, with the check of its
+# value (a message when it is wrong). An adapter adds the keys it reads itself.
+ConfigCheck = Callable[[object], str | None]
+ConfigProblem = tuple[str, str]
+
+
+def _positive_number(value: object) -> str | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf:
+        return None
+    return "must be a positive number of seconds"
+
+
+def _object(value: object) -> str | None:
+    return None if isinstance(value, Mapping) else "must be an object (merged into the body)"
+
+
+SDK_CONFIG_KEYS: Final[Mapping[str, ConfigCheck]] = {
+    "timeout_s": _positive_number,  # timeout_of
+    "provider_options": _object,  # provider_options
+}
+
+
+def check_sdk_config(
+    config: object, *, provider: str, keys: Mapping[str, ConfigCheck]
+) -> list[ConfigProblem]:
+    """Every problem of an SDK-backed model's ``config`` as ``(key, message)``: a key the
+    adapter does not read, or a known key with a wrong value. ``""`` is the whole config."""
+    if not isinstance(config, Mapping):
+        return [("", "must be an object")]
+    known = ", ".join(sorted(keys))
+    problems: list[ConfigProblem] = []
+    for key, value in config.items():
+        check = keys.get(key)
+        if check is None:
+            problems.append((key, f"unknown key for provider {provider}; known: {known}"))
+        elif (message := check(value)) is not None:
+            problems.append((key, message))
+    return problems
 
 
 def timeout_of(spec: ModelSpec) -> float:

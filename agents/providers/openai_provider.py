@@ -22,8 +22,12 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 
 from agents.providers._sdk import (
+    SDK_CONFIG_KEYS,
+    ConfigCheck,
+    ConfigProblem,
     DeltaRuns,
     SDKProvider,
+    check_sdk_config,
     parse_arguments,
     provider_options,
 )
@@ -57,6 +61,23 @@ _FINISH: Final[dict[str, FinishReason]] = {
     "length": "length",
     "content_filter": "content_filter",
 }
+
+MAX_TOKENS_PARAMS: Final = ("max_completion_tokens", "max_tokens")
+
+
+def _max_tokens_param(value: object) -> str | None:
+    return None if value in MAX_TOKENS_PARAMS else f"must be one of {', '.join(MAX_TOKENS_PARAMS)}"
+
+
+CONFIG_KEYS: Final[dict[str, ConfigCheck]] = {
+    **SDK_CONFIG_KEYS,
+    "max_tokens_param": _max_tokens_param,  # OpenAIProvider._params
+}
+
+
+def check_openai_config(config: object) -> list[ConfigProblem]:
+    """Every problem of an ``openai`` model's ``config`` (see ``check_sdk_config``)."""
+    return check_sdk_config(config, provider=PROVIDER, keys=CONFIG_KEYS)
 
 
 class OpenAIProvider(SDKProvider):
@@ -100,7 +121,7 @@ class OpenAIProvider(SDKProvider):
             if request.parallel_tool_calls is not None:
                 params["parallel_tool_calls"] = request.parallel_tool_calls
         if request.max_output_tokens is not None:
-            name = self.spec.config.get("max_tokens_param", "max_completion_tokens")
+            name = self.spec.config.get("max_tokens_param", MAX_TOKENS_PARAMS[0])
             params[str(name)] = request.max_output_tokens
         if request.reasoning is not None and request.reasoning.effort is not None:
             params["reasoning_effort"] = request.reasoning.effort
