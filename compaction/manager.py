@@ -14,9 +14,10 @@ from agents.documents import PromptDoc
 from agents.providers.base import LLMMessage
 from compaction.compact import compact
 from compaction.history import is_marker, overlay_history
-from compaction.models import Trigger
+from compaction.models import Compaction, CompactionStatus, Trigger
 from compaction.policy import Policy, llm_tokens, policy_of
 from compaction.recall import RECALL, recall_tool
+from threads.models import Thread
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.base import Side
 from threads.runtime.engine.context_door import Rebuild
@@ -103,9 +104,17 @@ class Compactor:
 
     def tools(self, flow: Flow, prompt: PromptDoc) -> Mapping[str, ResolvedTool]:
         context = self._flows.get(flow)
-        if context is None or not any(context.compacted.values()):
+        side = flow.execution.current_side
+        if context is None or not context.compacted.get(side):
             return {}
         return {RECALL: recall_tool()}
+
+    def offered(self, thread: Thread, side: Side) -> Mapping[str, ResolvedTool]:
+        """``recall`` while the side has an active compaction (as a step would see it)."""
+        active = Compaction.objects.filter(
+            thread_id=thread.pk, side=side, status=CompactionStatus.ACTIVE
+        )
+        return {RECALL: recall_tool()} if active.exists() else {}
 
     def turn_ended(self, flow: Flow, prompt: PromptDoc) -> None:
         """The idle trigger: the thread is at rest after this turn; when its context passed

@@ -10,8 +10,10 @@ from threads.api import (
     estimate,
     events,
     files,
+    inventory,
     logs,
     messages,
+    permissions,
     subagents,
     turn_stream,
     turn_wait,
@@ -42,10 +44,12 @@ thread_routes = [
     *subagents.urlpatterns,
     *actions.urlpatterns,
     *effects.urlpatterns,
+    *inventory.urlpatterns,
 ]
 
 urlpatterns = [
     *env.tenant_urlpatterns,
+    *permissions.urlpatterns,
     *router.urls,
     *turns.turn_urlpatterns,
     *turn_wait.turn_urlpatterns,

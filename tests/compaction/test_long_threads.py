@@ -442,3 +442,22 @@ def test_a_compaction_that_breaks_leaves_the_step_uncompacted_with_a_warning(
     assert {e.payload["code"] for e in warnings} == {"compaction_error"}
     assert not Compaction.objects.filter(thread=thread).exists()
     assert model.summaries == 0
+
+
+def test_the_tool_inventory_lists_recall_while_the_side_is_compacted(
+    engine: Engine, member: Any
+) -> None:
+    thread = define(engine, window=2_000, keep_tail_tokens=300, idle_trigger=1.0)
+    model = WindowModel(window=1_000_000)
+    path = f"/api/v1/threads/{thread.id}/tools"
+    assert [tool["name"] for tool in member.get(path).json()["tools"]] == ["echo"]
+    number = 0
+    while not Compaction.objects.filter(thread=thread).exists():
+        number += 1
+        assert number < 40
+        turn(engine, thread, model, f"Turn {number}. {FILLER}")
+    turn(engine, thread, model, "And one more.")  # a step of a compacted side: recall offered
+
+    listed = [tool["name"] for tool in member.get(path).json()["tools"]]
+    offered = [spec.name for spec in model.requests[-1].tools]
+    assert listed == offered == ["recall", "echo"]

@@ -239,6 +239,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-events": _owned_events,
     "thread-storage": _owned_events,
     "thread-compactions": _owned_thread,
+    "thread-tools": _owned_thread,
     "thread-compaction-detail": _owned_compaction,
     "thread-compaction-revert": _owned_compaction,
     "thread-endpoint": lambda tenant: {**_owned_thread(tenant), "route": "ping"},

@@ -160,7 +160,9 @@ class ToolStarted(TypedDict):
 
 
 class ToolProgress(TypedDict):
-    """A running tool reported progress (reserved: tools cannot report it yet)."""
+    """A tool call's progress: its progress argument's value as the call starts (a registry
+    tool's ``progress_argument``), or what the running tool reports
+    (``state.report_progress``)."""
 
     tool_call_id: str
     progress: Any

@@ -11,11 +11,12 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.documents import SessionBinding
-from agents.permissions import Verdict, decide, rule_from
+from agents.permission_rules import TenantRule
+from agents.permissions import Rule, Verdict, decide, rule_from
 from agents.providers.base import ToolCall
 from agents.registry import HookName, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
@@ -41,6 +42,37 @@ from threads.services.control import STOPPED_BY_USER
 
 if TYPE_CHECKING:
     from threads.runtime.engine import Flow
+
+
+def call_rules(
+    resolved: ResolvedTool | None, *, name: str, agent: str, tenant_rules: Iterable[TenantRule]
+) -> list[Rule]:
+    """The rules weighed for a call of tool ``name`` (``resolved``: what it resolves to for
+    the acting prompt, None when the prompt does not offer it) on a thread of ``agent``: the
+    registry tool's default, the prompt entry's ``approval``, then the tenant's rules that
+    cover this agent and tool."""
+    rules: list[Rule] = []
+    if resolved is not None and resolved.entry is not None and resolved.entry.approval:
+        rules.append(resolved.entry.approval)
+    if resolved is not None and resolved.config is not None and resolved.config.approval:
+        rules.append(rule_from(resolved.config.approval, source="prompt"))
+    rules += [own.rule for own in tenant_rules if own.covers(agent=agent, tool=name)]
+    return rules
+
+
+def call_verdict(
+    resolved: ResolvedTool | None,
+    *,
+    name: str,
+    agent: str,
+    tenant_rules: Iterable[TenantRule],
+    arguments: object,
+) -> Verdict:
+    """What the rules of :func:`call_rules` decide for a call with ``arguments`` (anything
+    but an object counts as no arguments). The one decision the engine and the dry run
+    (``POST /api/v1/permissions/evaluate``) both make."""
+    rules = call_rules(resolved, name=name, agent=agent, tenant_rules=tenant_rules)
+    return decide(rules, arguments if isinstance(arguments, Mapping) else {})
 
 
 class ToolRunner:
@@ -115,6 +147,7 @@ class ToolRunner:
                     "tool.started", {"tool_call_id": call.id, "name": call.name,
                                      **self._arguments_or_ref(call, log_id)},
                 )  # fmt: skip
+                self._progress_argument(call, resolved)
             started = time.perf_counter()
             if denied is not None:
                 result = denied
@@ -178,19 +211,10 @@ class ToolRunner:
     def weigh(self, call: ToolCall, resolved: ResolvedTool | None) -> Verdict:
         """The verdict of the call's rules (its registry default, its prompt entry's, the
         tenant's for this agent and tool), recorded as ``permission.evaluated``."""
-        rules = []
-        if resolved is not None and resolved.entry is not None and resolved.entry.approval:
-            rules.append(resolved.entry.approval)
-        if resolved is not None and resolved.config is not None and resolved.config.approval:
-            rules.append(rule_from(resolved.config.approval, source="prompt"))
-        agent = self.flow.agent.name
-        rules += [
-            own.rule
-            for own in self.flow.defs.permission_rules
-            if own.covers(agent=agent, tool=call.name)
-        ]
-        arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
-        verdict = decide(rules, arguments)
+        verdict = call_verdict(
+            resolved, name=call.name, agent=self.flow.agent.name,
+            tenant_rules=self.flow.defs.permission_rules, arguments=call.arguments,
+        )  # fmt: skip
         self.flow.publish(
             "permission.evaluated",
             {"tool_call_id": call.id, "name": call.name, "decision": verdict.decision,
@@ -266,6 +290,15 @@ class ToolRunner:
             return ToolResult.failure(error.message, code=error.code)
         except Exception as error:  # a tool's bug is reported to the model, never raised
             return ToolResult.failure(f"{type(error).__name__}: {error}")
+
+    def _progress_argument(self, call: ToolCall, resolved: ResolvedTool | None) -> None:
+        """A registry tool's ``progress_argument`` (what the model says the call is doing):
+        its value is the call's first ``tool.progress``."""
+        entry = resolved.entry if resolved is not None else None
+        name = entry.progress_argument if entry is not None else None
+        value = call.arguments.get(name) if name else None
+        if isinstance(value, str) and value.strip():
+            self.flow.publish("tool.progress", {"tool_call_id": call.id, "progress": value})
 
     def _dispatch(
         self, resolved: ResolvedTool, call: ToolCall, arguments: dict[str, Any], issuer: Message

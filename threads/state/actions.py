@@ -4,6 +4,7 @@ tools, scheduled effects, a person's input, code in the sandbox, terminate and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,6 +25,8 @@ from threads.state.base import StateBase
 if TYPE_CHECKING:
     from threads.state.thread_state import ThreadState
 
+MAX_PROGRESS_BYTES = 4 * 1024
+
 
 class ActionsMixin(StateBase):
     # Events ------------------------------------------------------------------------
@@ -31,6 +34,24 @@ class ActionsMixin(StateBase):
     def emit(self, event: str, data: Any = None) -> None:
         """A custom event (``state.emit``): broadcast to the thread's listeners."""
         publish(self._thread, "custom", {"name": event, "data": data}, outbox=self.outbox)
+
+    def report_progress(self, progress: Any) -> None:
+        """The running tool call's progress (a JSON value of at most
+        :data:`MAX_PROGRESS_BYTES`): a ``tool.progress`` event of that call. Only in a
+        tool the flow is calling."""
+        flow = self._flow
+        calling = flow.calling if flow is not None else None
+        if flow is None or calling is None:
+            raise DomainError("report_progress needs a running tool call of a turn")
+        try:
+            size = len(json.dumps(progress, allow_nan=False))
+        except (TypeError, ValueError) as error:
+            raise DomainError(f"progress must be JSON: {error}") from error
+        if size > MAX_PROGRESS_BYTES:
+            raise DomainError(
+                f"progress is {size} bytes of JSON; the limit is {MAX_PROGRESS_BYTES}"
+            )
+        flow.publish("tool.progress", {"tool_call_id": calling.call.id, "progress": progress})
 
     # A person's input ----------------------------------------------------------------
 

@@ -4,8 +4,9 @@
 A flow asks the door four things: the stored history a step's context is built from (the
 manager may substitute an overlay for a range of it), whether a built context must shrink
 before it is sent (and the rebuilt one if so), what to do when a provider refused a context
-as too long (shrink it, so the step is tried once more), and which tools the manager offers.
-It also tells the door what the provider reported for each call and when a turn ended.
+as too long (shrink it, so the step is tried once more), and which tools the manager offers
+(the tool inventory asks that last one without a flow). It also tells the door what the
+provider reported for each call and when a turn ended.
 
 Without a registered manager the history is the thread's stored messages as they are.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agents.documents import PromptDoc
 from agents.providers.base import LLMMessage
+from threads.models import Thread
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.base import Side
 from threads.services.messages import history_json
@@ -60,6 +62,11 @@ class ContextManager(Protocol):
         """The flow's turn ended and the thread is at rest (the idle moment)."""
         ...
 
+    def offered(self, thread: Thread, side: Side) -> Mapping[str, ResolvedTool]:
+        """Without a flow (the tool inventory): the tools a step of ``side`` on ``thread``
+        would be offered besides the prompt's."""
+        ...
+
 
 class StoredHistory:
     """The history as stored; no compaction."""
@@ -86,6 +93,9 @@ class StoredHistory:
 
     def turn_ended(self, flow: Flow, prompt: PromptDoc) -> None:
         return None
+
+    def offered(self, thread: Thread, side: Side) -> Mapping[str, ResolvedTool]:
+        return {}
 
 
 _manager: list[ContextManager] = [StoredHistory()]
