@@ -32,6 +32,7 @@ from threads.models import (
     Turn,
     TurnSource,
 )
+from threads.services import logs
 from threads.services.attachments import attachments_copy
 from threads.services.inbox import message_queue
 
@@ -226,7 +227,12 @@ def session_end(*, child: Thread, turn: Turn, reason: str, stop: StopSession | N
             return False  # a waiter that found the turn ended recorded it already
         _record(link, outcome)
         if link.awaited_turn == turn.pk:
-            return False  # the blocking call takes it
+            return False  # the blocking call takes it (and logs it on the parent)
+        logs.log_create(
+            thread=link.thread, kind="subagent",
+            data={"event": "return" if outcome.ok else "failure", "reference": str(child.pk),
+                  "turn_id": outcome.turn_id},
+        )  # fmt: skip
         outcome_deliver(link=link, outcome=outcome, child=child)
     return not link.resumable
 

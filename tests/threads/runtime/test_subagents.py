@@ -10,7 +10,7 @@ import pytest
 from agents.registry import tool
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.events import session_id_of
-from threads.models import Event, Message, SubagentLink, Thread, Turn
+from threads.models import Event, Log, Message, SubagentLink, Thread, Turn
 from threads.services.control import thread_stop
 from threads.state import ThreadState
 
@@ -176,6 +176,14 @@ def test_a_non_blocking_call_answers_at_once_and_the_result_arrives_as_a_silent_
     )
     assert message.metadata["handoff_kind"] == "result"
     assert engine.history(parent)[-1] == ("assistant", "Got the result.")
+    # The parent's log has the create and the return (spec §12, docs/subagents.md), and
+    # its registry said running while the child's session ran.
+    logged = Log.objects.filter(thread=parent, kind="subagent").order_by("created_at")
+    assert [(row.data["event"], row.data["reference"]) for row in logged] == [
+        ("create", str(child.pk)), ("return", str(child.pk)),
+    ]  # fmt: skip
+    statuses = [data["status"] for kind, data in events(parent) if kind == "subagent.status"]
+    assert statuses == ["idle"]  # it was created running
 
 
 # Resumable and the lifecycle tools -----------------------------------------------------------
@@ -257,6 +265,13 @@ def test_subagent_message_queues_to_the_child_and_its_reply_comes_back(engine: E
     assert tool_rows(parent)[-1].content == f"Message sent to subagent {child.pk}."
     waiting = Turn.objects.filter(thread=child, status="queued").order_by("position")
     assert [turn.payload["content"] for turn in waiting] == ["one", "two"]
+    # Each session of the child shows in the parent's registry: running, then its outcome.
+    engine.script.text("draft one").text("fine one").text("draft two").text("fine two")
+    engine.drive(child)
+    statuses = [data["status"] for kind, data in events(parent) if kind == "subagent.status"]
+    assert statuses == ["idle", "running", "idle"]
+    returns = Log.objects.filter(thread=parent, kind="subagent", data__event="return")
+    assert returns.count() == 2
 
 
 @pytest.mark.parametrize("reference", ["not-a-uuid", "00000000-0000-0000-0000-000000000000"])
@@ -463,3 +478,24 @@ def test_stopping_the_parent_stops_the_blocking_child_it_waits_for(
     assert result.tool_status == "error"
     assert "The subagent's session was stopped (aborted_by_user)" in (result.content or "")
     assert Turn.objects.get(thread=parent).status == "cancelled"
+
+
+def test_the_registry_says_awaiting_human_while_a_child_waits_on_a_person(engine: Engine) -> None:
+    from agents.models import PermissionRule
+
+    PermissionRule.objects.create(tenant=engine.tenant, tool="echo", decision="ask")
+    define(engine, {"name": "pair", "blocking": False})
+    parent = engine.thread("boss")
+    engine.script.tool_calls([{"name": "pair", "arguments": {"message": "write"}}])
+    engine.script.text("Started it.")
+    engine.send(parent, "go")
+    engine.drive(parent)
+    child = child_of(parent)
+    engine.script.tool_calls([{"name": "echo", "arguments": {"text": "hi"}}])
+    engine.drive(child)
+
+    assert child.status == "waiting_permission"
+    link = SubagentLink.objects.get(child=child)
+    assert link.status == "awaiting_human"
+    statuses = [data["status"] for kind, data in events(parent) if kind == "subagent.status"]
+    assert statuses == ["awaiting_human"]

@@ -140,6 +140,8 @@ class Flow:
             "turn.started",
             {"fence": self.fence, "turn_id": str(self.turn.pk), **resumed},
         )
+        if self.thread.parent_id is not None:  # the parent's registry: a session runs
+            link_status_set(child=self.thread, status="running")
         error, code = "", None
         try:
             reason = loop_run(self)
@@ -228,6 +230,8 @@ class Flow:
                 thread=self.thread, fence=self.fence, turn=self.turn, status=status,
                 outbox=self.outbox,
             )  # fmt: skip
+            if self.thread.parent_id is not None:  # the parent's registry: it waits on a person
+                link_status_set(child=self.thread, status="awaiting_human")
             logs.log_create(
                 thread=self.thread, kind="flow", fence=self.fence, outbox=self.outbox,
                 data={"flow_id": self.flow_id, "turn_id": str(self.turn.pk), "fence": self.fence,
