@@ -248,6 +248,7 @@ def _path_values(path: str, world: World) -> dict[str, str]:
     turn = world.ended_turn if path.endswith(("/wait", "/stream")) else world.queued_turn
     values = {
         "thread_id": world.thread,
+        "session_id": world.thread,
         "id": world.other_key
         if path.startswith("/api/v1/api-keys/")
         else world.rule

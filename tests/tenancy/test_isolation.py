@@ -240,6 +240,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "thread-storage": _owned_events,
     "thread-compactions": _owned_thread,
     "thread-tools": _owned_thread,
+    "session-detail": lambda tenant: {"session_id": str(make_thread(tenant).id)},
     "thread-compaction-detail": _owned_compaction,
     "thread-compaction-revert": _owned_compaction,
     "thread-endpoint": lambda tenant: {**_owned_thread(tenant), "route": "ping"},
