@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,3 +382,16 @@ def make_run(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGCONT)  # a stopped process holds SIGTERM
         supervisor.stop()
+
+
+def unanswered(roles_in_order: Sequence[tuple[str, str]]) -> list[str]:
+    """The user messages of a thread (``(role, content)`` in seq order) that no answer
+    follows. A message that joined a running turn (runtime §9) is answered together with
+    the others of that turn: by the next assistant message, not one of its own."""
+    waiting: list[str] = []
+    for role, content in roles_in_order:
+        if role == "user":
+            waiting.append(content)
+        elif role == "assistant":
+            waiting.clear()
+    return waiting

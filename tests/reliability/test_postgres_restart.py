@@ -32,6 +32,7 @@ from tests.reliability.platform import (
     outage_rounds,
     platform_processes,
     private_redis,
+    unanswered,
 )
 
 pytestmark = pytest.mark.reliability
@@ -157,8 +158,8 @@ def test_postgres_restarts_lose_nothing_and_answer_no_500(
         users = sorted(m["content"] for m in said if m["role"] == "user")
         mine = sorted(post.text for post in posts if post.thread_id == thread_id)
         assert users == mine, "each message once"
-        answered = {m["content"].removeprefix("ok: ") for m in said if m["role"] == "assistant"}
-        assert set(mine) <= answered
+        ordered = [(m["role"], m["content"]) for m in sorted(said, key=lambda m: m["seq"])]
+        assert unanswered(ordered) == [], f"thread {thread_id}: unanswered"
         incidents = _get(platform, api_key, f"/api/v1/threads/{thread_id}")["incidents"]
         assert {incident["incident"] for incident in incidents} <= {"outage"}, incidents
     log = platform.worker.log()

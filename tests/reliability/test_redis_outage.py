@@ -29,6 +29,7 @@ from tests.reliability.platform import (
     outage_rounds,
     platform_processes,
     post_once,
+    unanswered,
 )
 from threads.models import (
     TURN_ACTIVE,
@@ -89,9 +90,8 @@ def test_redis_restarts_lose_nothing_and_stop_no_process(platform: Platform) -> 
         texts = sorted(str(m.content) for m in said if m.role == MessageRole.USER)
         mine = [post.text for post in posts if post.thread_id == thread_id]
         assert texts == sorted(mine), f"thread {thread_id}: each message once"
-        answered = {str(m.content).removeprefix("ok: ") for m in said
-                    if m.role == MessageRole.ASSISTANT}  # fmt: skip
-        assert set(mine) <= answered, f"thread {thread_id}: unanswered {set(mine) - answered}"
+        ordered = [(m.role, str(m.content)) for m in said.order_by("seq")]
+        assert unanswered(ordered) == [], f"thread {thread_id}: unanswered {unanswered(ordered)}"
     failed = Turn.objects.filter(thread_id__in=threads, status=RunStatus.FAILED)
     assert not failed.exists(), [(t.pk, t.error) for t in failed]
     assert not Thread.objects.filter(pk__in=threads, status=RunStatus.FAILED).exists()

@@ -1,10 +1,10 @@
 """``kill -9`` of the worker running a turn, with the platform's default lock TTL and sweep
 interval: another worker finishes the thread within 10 s, answering the interrupted message
-and the one posted meanwhile (it joined the running turn), the sandbox runner of a killed worker does not outlive it,
-and a client following the thread's socket receives every event the database holds
-(``message.deleted`` for the answer the dead worker left unfinished included). Under ``make
-run``'s defaults, a worker killed round after round has its turn taken over within 5 s each
-time, and is restarted without a growing backoff.
+and the one posted meanwhile (it joined the running turn), the sandbox runner of a killed
+worker does not outlive it, and a client following the thread's socket receives every event
+the database holds (``message.deleted`` for the answer the dead worker left unfinished
+included). Under ``make run``'s defaults, a worker killed round after round has its turn
+taken over within 5 s each time, and is restarted without a growing backoff.
 """
 
 from __future__ import annotations

@@ -96,5 +96,7 @@ def test_a_run_commits_each_step_of_its_work_once(engine: Engine) -> None:
     # The result, its log, its ledger row (with its rollups), the events.
     assert transactions[3] == ["WITH", "INSERT", "WITH", "WITH"]
     # Each model call, tool call and the turn add their ledger row to a write that was
-    # there anyway (usage.ledger); with no budget, no reservation is made.
-    assert len(statements) == 41
+    # there anyway (usage.ledger); with no budget, no reservation is made. The turn's end
+    # locks the thread row before it ends the turn, so it sees every input that joined it.
+    assert transactions[-1][0] == "SELECT"
+    assert len(statements) == 42

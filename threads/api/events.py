@@ -113,6 +113,7 @@ class EventSerializer(serializers.Serializer[Any]):
     step_id = serializers.CharField(allow_null=True)
     tool_call_id = serializers.CharField(allow_null=True)
     subagent_id = serializers.CharField(allow_null=True)
+    action_id = serializers.CharField(allow_null=True, help_text="on an action's events")
     payload = serializers.DictField(help_text="what happened; its fields depend on `type`")
     refs = serializers.DictField(
         allow_null=True, help_text="stable references to large or external facts"

@@ -141,3 +141,55 @@ def test_join_with_no_turn_running_waits_like_enqueue(engine: Engine) -> None:
     engine.script.text("Hi.")
     engine.drive(thread)
     assert Turn.objects.get(pk=turn.pk).status == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_joining_while_the_turn_ends_is_never_orphaned(
+    transactional_db: None, engine: Engine, wakes: list[str]
+) -> None:
+    """The join holds the thread row while the turn's end waits for it: the end, which
+    locks that row before it reads the turn's inputs, still finds the joined message left
+    over, and it becomes a turn of its own (a single statement's snapshot would predate the
+    wait and leave it joined to a turn that ended)."""
+    from django.db import connection, transaction
+
+    from threads.services.fence import fence_check, fence_take
+    from threads.services.status import turn_finish, turn_inputs_take
+
+    engine.define(
+        prompts=[prompt("helper")], agents=[{"name": "helper", "side_a": {"prompt": "helper"}}]
+    )
+    thread = engine.thread("helper")
+    first = message_queue(thread=thread, role="user", content="hello")
+    taken = fence_take(thread_id=thread.pk, tenant_id=thread.tenant_id)
+    assert taken is not None
+    running, fence, _next = taken
+    turn_inputs_take(thread=running, fence=fence, turn=first)
+    ended: list[bool] = []
+
+    def end() -> None:
+        try:
+            waiting = turn_finish(
+                thread=running, fence=fence, turn=first, status="completed",
+                rest="waiting_input", outcome="stop_on_response",
+            )  # fmt: skip
+            ended.append(waiting)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        joining = Thread.objects.get(pk=thread.pk)
+        fence_check(thread=joining, fence=None)
+        late = message_queue(
+            thread=joining, role="user", content="one more", strategy=TurnStrategy.JOIN
+        )
+        ender = threading.Thread(target=end, daemon=True)
+        ender.start()
+        ender.join(timeout=0.5)
+        assert ender.is_alive()  # the end waits for the thread row
+    ender.join(timeout=5)
+
+    assert late.host_id == first.pk
+    assert ended == [True]  # the end saw a turn waiting
+    adopted = Turn.objects.get(pk=late.pk)
+    assert (adopted.host_id, adopted.status) == (None, "queued")

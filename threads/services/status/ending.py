@@ -68,6 +68,9 @@ _END = (
 )
 
 
+_THREAD_LOCK = "SELECT 1 FROM threads_thread WHERE id = %s FOR NO KEY UPDATE"
+
+
 def turn_finish(
     *,
     thread: Thread,
@@ -91,6 +94,11 @@ def turn_finish(
     before = thread.status
     now = now_us()
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        # The thread row first, in a statement of its own: an input joining this turn
+        # (threads.services.inbox) holds that row until it commits, and _END's snapshot,
+        # taken after this wait, then sees it as left over (a single statement's snapshot
+        # would predate the wait, and the joined input would be orphaned).
+        cursor.execute(_THREAD_LOCK, [thread.pk])
         cursor.execute(
             _END,
             {"rest": rest, "now": now, "thread": thread.pk, "fence": fence, "status": status,
