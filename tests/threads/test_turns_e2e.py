@@ -461,7 +461,7 @@ def test_rollback_cancels_the_running_turn_deleting_every_message_it_wrote(
     assert sorted(event.payload["id"] for event in deleted) == sorted(id for _, id in written)
 
 
-def test_messages_posted_while_a_turn_runs_join_it_before_its_next_model_call(
+def test_messages_submitted_with_join_while_a_turn_runs_join_it_before_its_next_model_call(
     tenant: Tenant, worker: Worker, api: Api
 ) -> None:
     # The first call is slow and calls a tool; two messages are posted meanwhile: the turn
@@ -487,14 +487,10 @@ def test_messages_posted_while_a_turn_runs_join_it_before_its_next_model_call(
     first = api.accepted(thread, "count these")["id"]
     _in_model_call(thread, worker)
 
-    posted = [
-        api.client.post(f"/api/v1/threads/{thread.id}/messages", {"content": text},
-                        format="json").json()
-        for text in ("and then this", "and finally that")
-    ]  # fmt: skip
+    posted = [api.accepted(thread, text, "join") for text in ("and then this", "and finally that")]
     (ended,) = _ended([first], worker)
 
-    assert [body["turn"]["joined_turn_id"] for body in posted] == [first, first]
+    assert [body["joined_turn_id"] for body in posted] == [first, first]
     assert (ended.status, ended.outcome) == ("completed", DONE)
     assert [(role, content) for role, content, _ in _history(thread)] == [
         ("user", "count these"), ("assistant", None), ("tool", "3"),
@@ -502,7 +498,7 @@ def test_messages_posted_while_a_turn_runs_join_it_before_its_next_model_call(
         ("assistant", "ok: and finally that"),
     ]  # fmt: skip
     assert {turn_id for _, _, turn_id in _history(thread)} == {first}  # one flow wrote all
-    joined = Turn.objects.filter(pk__in=[body["turn_id"] for body in posted])
+    joined = Turn.objects.filter(pk__in=[body["id"] for body in posted])
     assert {(turn.status, str(turn.host_id)) for turn in joined} == {("completed", first)}
     flows = Log.objects.filter(thread=thread, kind="flow")
     calls = Log.objects.filter(thread=thread, kind="llm")
