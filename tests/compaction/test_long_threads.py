@@ -132,6 +132,15 @@ def turn(engine: Engine, thread: Thread, model: WindowModel, text: str) -> Turn:
     return Turn.objects.filter(thread=thread).order_by("-created_at").first()  # type: ignore[return-value]
 
 
+def turns_until_compacted(engine: Engine, thread: Thread, model: WindowModel) -> None:
+    """Turns of filler until the thread's first compaction (at most 39)."""
+    number = 0
+    while not Compaction.objects.filter(thread=thread).exists():
+        number += 1
+        assert number < 40
+        turn(engine, thread, model, f"Turn {number}. {FILLER}")
+
+
 def unsplit(request: ProviderRequest) -> None:
     """Every tool call of the request is answered by the result that follows it, and every
     result answers a call."""
@@ -245,11 +254,7 @@ def test_a_context_length_error_compacts_and_retries_the_step_once(engine: Engin
 def test_the_idle_trigger_compacts_after_the_turn(engine: Engine) -> None:
     thread = define(engine, window=4_000, keep_tail_tokens=400, idle_trigger=0.3, trigger=0.9)
     model = WindowModel(window=4_000)
-    number = 0
-    while not Compaction.objects.filter(thread=thread).exists():
-        number += 1
-        assert number < 40
-        turn(engine, thread, model, f"Turn {number}. {FILLER}")
+    turns_until_compacted(engine, thread, model)
     compaction = Compaction.objects.get(thread=thread)
     assert compaction.trigger == "idle"
     # It ran after the turn had ended: its events follow turn.completed.
@@ -286,11 +291,7 @@ def test_reverting_restores_the_originals_to_the_next_step(engine: Engine) -> No
     )  # fmt: skip
     thread = engine.thread("support")
     model = WindowModel(window=1_000_000)
-    number = 0
-    while not Compaction.objects.filter(thread=thread).exists():
-        number += 1
-        assert number < 40
-        turn(engine, thread, model, f"Turn {number}. {FILLER}")
+    turns_until_compacted(engine, thread, model)
     compaction = Compaction.objects.get(thread=thread)
     assert [row["id"] for row in seen] == [str(compaction.id)]
     hidden = (
@@ -451,11 +452,7 @@ def test_the_tool_inventory_lists_recall_while_the_side_is_compacted(
     model = WindowModel(window=1_000_000)
     path = f"/api/v1/threads/{thread.id}/tools"
     assert [tool["name"] for tool in member.get(path).json()["tools"]] == ["echo"]
-    number = 0
-    while not Compaction.objects.filter(thread=thread).exists():
-        number += 1
-        assert number < 40
-        turn(engine, thread, model, f"Turn {number}. {FILLER}")
+    turns_until_compacted(engine, thread, model)
     turn(engine, thread, model, "And one more.")  # a step of a compacted side: recall offered
 
     listed = [tool["name"] for tool in member.get(path).json()["tools"]]
