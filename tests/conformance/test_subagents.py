@@ -12,8 +12,9 @@ import pytest
 from agents.registry import HookName, hook
 from common.time import now_us
 from tests.threads.runtime.conftest import Engine, engine, prompt
-from threads.models import Message, SubagentLink, Thread, Turn
+from threads.models import Event, Message, SubagentLink, Thread, Turn
 from threads.runtime.lifecycle import thread_open
+from threads.runtime.spawn import IMMEDIATE_MESSAGE
 from threads.services.env import EnvInput
 from threads.services.lock import lock_acquire
 from threads.services.subagents import awaits_release
@@ -365,3 +366,83 @@ def test_dg_11_a_top_level_thread_must_bring_its_own_required_scoped_variables(
                          env={"OWN_TOKEN": EnvInput("t")})  # fmt: skip
     assert ThreadState(thread).env("OWN_TOKEN") == "t"
     assert thread.created_at <= now_us()
+
+
+# RT-7.3: immediate spawning, recursive across blocking children ------------------------------
+
+
+def test_a_three_level_immediate_chain_runs_every_task_and_delivers_every_outcome(
+    engine: Engine,
+) -> None:
+    """RT-7.3 "immediate execution should be recursive across activated child prompts", with
+    DG-6.3 "Blocking: the tool result is the child's session outcome": a child's own immediate
+    spawn is not its session, so each level runs its task and its outcome reaches its parent."""
+    engine.define(
+        prompts=[
+            prompt("boss", tools=[{"name": "mid", "immediate": True}]),
+            prompt("mid_worker", tools=[{"name": "leaf", "immediate": True}]),
+            prompt("mid_checker"), prompt("leaf_worker"), prompt("leaf_checker"),
+        ],
+        agents=[
+            {"name": "boss", "side_a": {"prompt": "boss"}},
+            {"name": "mid", "type": "dual_ai", "side_a": {"prompt": "mid_worker"},
+             "side_b": {"prompt": "mid_checker"}, "max_session_turns": 1,
+             "expose_as_tool": True, "tool_description": "mid"},
+            {"name": "leaf", "type": "dual_ai", "side_a": {"prompt": "leaf_worker"},
+             "side_b": {"prompt": "leaf_checker"}, "max_session_turns": 1,
+             "expose_as_tool": True, "tool_description": "leaf"},
+        ],
+    )  # fmt: skip
+    parent = engine.thread("boss")
+    engine.send(parent, "go")
+    engine.script.text("leaf draft").text("leaf result").text("mid draft").text("mid result")
+    engine.script.text("all done")
+
+    engine.drive(parent)
+
+    [child] = Thread.objects.filter(parent=parent)
+    [grandchild] = Thread.objects.filter(parent=child)
+    asked = [(request.messages[0].text, request.messages) for request in engine.script.requests]
+    assert [system for system, _ in asked] == [
+        "You are leaf_worker.", "You are leaf_checker.", "You are mid_worker.",
+        "You are mid_checker.", "You are boss.",
+    ]  # fmt: skip
+    texts = [[message.text for message in messages] for _, messages in asked]
+    assert IMMEDIATE_MESSAGE in texts[0]  # the grandchild ran its task
+    assert IMMEDIATE_MESSAGE in texts[2]  # so did the child, after the grandchild's outcome
+    assert f"leaf result\n\nReference: {grandchild.pk}" in texts[2]
+    assert "go" in texts[4]  # the parent's own turn, with the child's outcome before it
+    assert f"mid result\n\nReference: {child.pk}" in texts[4]
+    for thread, result, reference in ((parent, "mid result", child),
+                                      (child, "leaf result", grandchild)):  # fmt: skip
+        [delivered] = tool_results(thread)
+        assert (delivered.tool_status, delivered.content) == (
+            "success",
+            f"{result}\n\nReference: {reference.pk}",
+        )
+        link = SubagentLink.objects.get(child=reference)
+        assert link.outcome is not None
+        assert (link.outcome["ok"], link.outcome["text"]) == (True, result)
+        assert link.awaited_turn is None
+        # delivered once, as the blocking call's result: no message follows it
+        handoffs = Turn.objects.filter(
+            thread=thread, payload__metadata__subagent_event="parent_handoff"
+        )
+        assert not handoffs.exists()
+        tasks = Turn.objects.filter(
+            thread=reference, payload__metadata__subagent_event="parent_message"
+        )
+        assert tasks.get().payload["content"] == IMMEDIATE_MESSAGE
+        # The registry: running until the task's session ended (idle), then closed, since a
+        # non-resumable child is terminated once its outcome is delivered (RT-10).
+        registry = Event.objects.filter(thread=thread, type__startswith="subagent.")
+        assert list(registry.order_by("sequence").values_list("type", "payload__status")) == [
+            ("subagent.spawned", "running"), ("subagent.completed", "idle"),
+            ("subagent.status", "idle"), ("subagent.closed", "terminated"),
+        ]  # fmt: skip
+        assert (link.status, link.terminated_at is not None) == ("terminated", True)
+    assert engine.history(parent)[-1] == ("assistant", "all done")
+    for thread, kinds in ((parent, ["spawn", "message"]), (child, ["spawn", "message"]),
+                          (grandchild, ["message"])):  # fmt: skip
+        turns = Turn.objects.filter(thread=thread).order_by("position")
+        assert list(turns.values_list("kind", "status")) == [(k, "completed") for k in kinds]

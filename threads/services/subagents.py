@@ -30,6 +30,7 @@ from threads.models import (
     SubagentLink,
     Thread,
     Turn,
+    TurnKind,
     TurnSource,
 )
 from threads.services import logs
@@ -216,7 +217,13 @@ def session_end(*, child: Thread, turn: Turn, reason: str, stop: StopSession | N
     call awaits it. Run it in the transaction that ends the turn (the flow's), so a waiter
     never sees the turn ended without its outcome. Returns whether the caller should close
     the child (:func:`child_close`) after commit: a non-resumable child whose outcome went out.
+
+    A spawn turn is no session: it only starts the child's own immediate subagents (DIGEST
+    §6.5) and the parent's message waits behind it, so its end records and delivers nothing.
     """
+    kind = turn.kind or Turn.objects.filter(pk=turn.pk).values_list("kind", flat=True).first()
+    if kind == TurnKind.SPAWN:
+        return False
     link = SubagentLink.objects.filter(child_id=child.pk).first()
     if link is None:
         return False
