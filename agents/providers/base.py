@@ -211,7 +211,8 @@ class LLMMessage:
 
     ``parts`` (user messages only) adds text and image parts after ``content``;
     ``tool_calls`` belong to assistant messages; a ``tool`` message answers the call
-    ``tool_call_id`` of the tool ``name``.
+    ``tool_call_id`` of the tool ``name``. ``reasoning`` (assistant messages only) is the
+    reasoning the message was answered with, replayed when its prompt asks for it.
     """
 
     role: Role
@@ -220,12 +221,13 @@ class LLMMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning: str | None = None
 
     def __post_init__(self) -> None:
         if self.parts and self.role != "user":
             raise ValueError("only user messages carry content parts")
-        if self.tool_calls and self.role != "assistant":
-            raise ValueError("only assistant messages carry tool calls")
+        if (self.tool_calls or self.reasoning) and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool calls or reasoning")
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id it answers")
 
@@ -238,8 +240,12 @@ class LLMMessage:
         return cls(role="user", content=content, parts=parts)
 
     @classmethod
-    def assistant(cls, content: str | None, tool_calls: Sequence[ToolCall] = ()) -> LLMMessage:
-        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+    def assistant(
+        cls, content: str | None, tool_calls: Sequence[ToolCall] = (), reasoning: str | None = None
+    ) -> LLMMessage:
+        return cls(
+            role="assistant", content=content, tool_calls=tuple(tool_calls), reasoning=reasoning
+        )
 
     @classmethod
     def tool(cls, *, tool_call_id: str, name: str, content: str) -> LLMMessage:

@@ -5,7 +5,9 @@ Covers OpenAI, vLLM, Ollama, llama.cpp and OpenRouter through ``ModelSpec.base_u
 ``max_tokens_param`` (``"max_completion_tokens"``, the default, or ``"max_tokens"`` for servers
 that only know the older name). Reasoning text is read from the ``reasoning_content`` or
 ``reasoning`` field that OpenAI-compatible servers add; ``ReasoningConfig.max_tokens`` has no
-Chat Completions equivalent and is ignored (``effort`` becomes ``reasoning_effort``).
+Chat Completions equivalent and is ignored (``effort`` becomes ``reasoning_effort``). Replayed
+reasoning (a prompt's ``reasoning.include``) goes back in the assistant message's
+``reasoning_content``, the field such servers read it from.
 """
 
 from __future__ import annotations
@@ -256,6 +258,8 @@ def _message(message: LLMMessage) -> dict[str, Any]:
                 }
                 for call in message.tool_calls
             ]
+        if message.reasoning:
+            body["reasoning_content"] = message.reasoning
         return body
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}

@@ -165,7 +165,8 @@ class HistoryOptions:
     ``relabel`` applies the perspective transform; it is False only for side A acting with a
     human side B (``ai_human``). ``vision`` says the model accepts images. Messages with
     ``seq > flow_start_seq`` were added during the current flow. Images are sent as images
-    only on the last ``recent_image_threshold`` messages of the output.
+    only on the last ``recent_image_threshold`` messages of the output. ``reasoning`` maps
+    message ids to the reasoning replayed with them (a prompt's ``reasoning.include``).
     """
 
     include_past_tools: bool
@@ -174,6 +175,7 @@ class HistoryOptions:
     vision: bool
     flow_start_seq: int
     recent_image_threshold: int = 10
+    reasoning: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ class _Row:
     tool_call_id: str | None
     name: str | None
     attachments: tuple[Mapping[str, Any], ...]
+    reasoning: str | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -232,7 +235,8 @@ def history_to_llm(
 
     Consecutive messages of the same role are kept apart, not merged.
     """
-    rows = [_row(message) for message in messages if message.get("status") != "pending"]
+    said = options.reasoning or {}
+    rows = [_row(m, said.get(str(m.get("id")))) for m in messages if m.get("status") != "pending"]
     if not options.include_past_tools:
         rows = _without_past_tools(rows, options.flow_start_seq)
     if options.relabel:
@@ -249,7 +253,7 @@ def history_to_llm(
     ]
 
 
-def _row(message: Mapping[str, Any]) -> _Row:
+def _row(message: Mapping[str, Any], reasoning: str | None) -> _Row:
     return _Row(
         role=message["role"],
         side=message.get("side") or None,
@@ -259,6 +263,7 @@ def _row(message: Mapping[str, Any]) -> _Row:
         tool_call_id=message.get("tool_call_id") or None,
         name=message.get("name") or None,
         attachments=tuple(message.get("attachments") or ()),
+        reasoning=reasoning,
     )
 
 
@@ -329,7 +334,7 @@ def _to_llm(
     notes = _attachment_notes(row.attachments)
     text = "\n".join([content, *notes] if content else notes) or None
     if row.role == "assistant":
-        return LLMMessage.assistant(text, row.calls)
+        return LLMMessage.assistant(text, row.calls, row.reasoning)
     return LLMMessage.system(text or "")
 
 

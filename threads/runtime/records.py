@@ -31,10 +31,12 @@ class CallTimer:
         publish: Callable[[str, Mapping[str, Any]], None],
         *,
         on_retry: Callable[[], None] | None = None,
+        reasoning: bool = True,
     ) -> None:
         self.message = message
         self.publish = publish
         self.on_retry = on_retry
+        self.reasoning = reasoning  # False: reasoning deltas are not published
         self.started_at = now_us()
         self._start = time.perf_counter()
         self.first_token_ms: float | None = None
@@ -51,6 +53,8 @@ class CallTimer:
             if self.first_token_ms is None:
                 self.first_token_ms = self.elapsed_ms()
             kind = "model.delta" if isinstance(chunk, ContentDelta) else "reasoning.delta"
+            if kind == "reasoning.delta" and not self.reasoning:
+                return
             self.publish(
                 kind,
                 {"message_id": str(self.message.id), "depth": self.message.depth,

@@ -98,9 +98,24 @@ def _assembled(
         else not (acting == "a" and side_is_human(flow, "b")),
         vision=spec.capabilities.vision,
         flow_start_seq=flow.flow_start_seq,
+        reasoning=_replayed_reasoning(flow, prompt, stored),
     )
     messages += history_to_llm(stored, options, read_file=state.read_file)
     return hooks.prefilter(messages)
+
+
+def _replayed_reasoning(
+    flow: Flow, prompt: PromptDoc, stored: Sequence[Mapping[str, Any]]
+) -> dict[str, str] | None:
+    """The reasoning replayed with the history's messages (DIGEST 18.3, rule 6): only when the
+    prompt's ``reasoning.include`` is set, and only with the messages that prompt answered."""
+    if not (prompt.reasoning and prompt.reasoning.include):
+        return None
+    ids = [row["id"] for row in stored if (row.get("metadata") or {}).get("prompt") == prompt.name]
+    said = Message.objects.filter(thread_id=flow.thread.pk, id__in=ids).exclude(
+        reasoning_content=""
+    )
+    return {str(id): text for id, text in said.values_list("id", "reasoning_content")}
 
 
 def model_call(
@@ -158,6 +173,9 @@ def _called(
     stop_side: SideConfig | None,
 ) -> tuple[Message, ProviderResponse]:
     spec = flow.defs.model(prompt.model)
+    # ``reasoning.exclude``: the model may reason, but its reasoning is neither streamed
+    # nor stored (so never replayed either).
+    excluded = bool(prompt.reasoning and prompt.reasoning.exclude)
     # The pending row, the thread's acting side (what a takeover resumes) and the
     # model.requested event commit as one.
     with flow.outbox.batch():
@@ -167,7 +185,10 @@ def _called(
             metadata={"flow_id": flow.flow_id, "prompt": prompt.name},
             acting_side=acting if parent is None else None,
         )  # fmt: skip
-        timer = CallTimer(pending, partial(event_publish, flow), on_retry=partial(_retrying, flow))
+        timer = CallTimer(
+            pending, partial(event_publish, flow), on_retry=partial(_retrying, flow),
+            reasoning=not excluded,
+        )  # fmt: skip
     _checkpoint(flow, pending)
     flow.idle()  # the connection goes back to the pool while the model thinks
     try:
@@ -219,7 +240,7 @@ def _called(
             message=pending, fence=flow.fence, outbox=flow.outbox,
             content=proposed.get("content", content) or None,
             tool_calls=calls,
-            reasoning_content=response.reasoning,
+            reasoning_content="" if excluded else response.reasoning,
             metadata={**(proposed.get("metadata") or {}), "model": result.spec.name},
         )  # fmt: skip
         hooks.notify(HookName.AFTER_CREATE_MESSAGE, message_json(finished))
