@@ -56,5 +56,6 @@ urlpatterns = [
     *turns.turn_urlpatterns,
     *turn_wait.turn_urlpatterns,
     *turn_stream.turn_urlpatterns,
+    *inventory.turn_urlpatterns,
     path("threads/<uuid:thread_id>/", include(thread_routes)),
 ]

@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "threads",
     "retention",
     "compaction",
+    "replay",
     "console",
     "sandbox",
 ]

@@ -26,6 +26,7 @@ urlpatterns = [
     path("api/v1/", include("usage.urls")),
     path("api/v1/", include("retention.urls")),
     path("api/v1/", include("compaction.urls")),
+    path("api/v1/", include("replay.urls")),
     # Unknown API URLs answer JSON even with DEBUG on.
     re_path(r"^api/", json_not_found),
 ]

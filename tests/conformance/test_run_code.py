@@ -59,7 +59,7 @@ def test_run_code_returns_a_handle_that_settles(pool: RunnerPool) -> None:
     assert isinstance(execution, CodeExecution)
     outcome = execution.result(timeout=SETTLE_TIMEOUT)
     assert outcome == CodeExecutionResult(
-        status="success", result=42, duration_ms=outcome.duration_ms
+        status="success", result=42, duration_ms=outcome.duration_ms, cpu_ms=outcome.cpu_ms
     )
     assert not execution.running
     assert outcome.duration_ms > 0

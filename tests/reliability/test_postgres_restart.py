@@ -161,7 +161,10 @@ def test_postgres_restarts_lose_nothing_and_answer_no_500(
         ordered = [(m["role"], m["content"]) for m in sorted(said, key=lambda m: m["seq"])]
         assert unanswered(ordered) == [], f"thread {thread_id}: unanswered"
         incidents = _get(platform, api_key, f"/api/v1/threads/{thread_id}")["incidents"]
-        assert {incident["incident"] for incident in incidents} <= {"outage"}, incidents
+        assert {incident["incident"] for incident in incidents} <= {"outage"}, (
+            incidents,
+            platform.worker.log()[-6000:],
+        )
     log = platform.worker.log()
     assert "Unrecoverable error" not in log
     assert "drive cut short by an outage" in log, "no flow met the outage"

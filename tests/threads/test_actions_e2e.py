@@ -19,6 +19,7 @@ from agents.bundles import bundle_import
 from agents.registry import tool, use_registry
 from config.celery import app
 from tenancy.models import Role, Tenant
+from tests.replay.replays import assert_replays
 from tests.support import current_database_url
 from tests.worker import (
     Worker,
@@ -207,6 +208,7 @@ def test_approve_runs_the_tool_once_and_answering_twice_is_a_409(
     assert _refunds(thread) == 1
     assert _answer(thread) == "Done: refunded 500"
     assert twice.status_code == 409
+    assert_replays(thread)
 
 
 def test_a_call_below_the_threshold_runs_without_asking(
@@ -231,6 +233,7 @@ def test_deny_gives_the_model_the_reason(worker: Worker, tenant: Tenant, api: AP
     assert _answer(thread) == (
         "Done: Failed to execute tool: Permission denied by a person: needs a manager"
     )
+    assert_replays(thread)
 
 
 def test_edit_runs_the_call_with_the_edited_arguments(
@@ -273,6 +276,7 @@ def test_a_stop_while_waiting_cancels_the_action_and_the_turn(
     assert action.status == "cancelled"
     assert _respond(api, thread, action, decision="approve").status_code == 409
     assert _refunds(thread) is None
+    assert_replays(thread)
 
 
 def _busy(worker: Worker) -> int:
@@ -347,6 +351,7 @@ def test_a_paused_program_survives_its_workers_kill_and_resumes_without_rerunnin
     assert ended == "completed"
     assert _counts(thread) == [1, 1, 1]  # step_one ran once: replayed, not run again
     assert _answer(thread) == "Done: step_one #1, step_two #1, step_three #1"
+    assert_replays(thread)
 
 
 def _counts(thread: Thread) -> list[Any]:

@@ -303,8 +303,9 @@ def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
     assert [kind for _, kind in _log(thread)] == [
         "thread.created", "thread.status", "queue.changed",
         "turn.started", "thread.status", "queue.changed", "message.created",
-        "step.started", "message.created", "model.requested", "message.updated",
-        "model.completed", "cost.recorded", "permission.evaluated", "tool.started",
+        "step.started", "tool.catalog.resolved", "message.created", "model.requested",
+        "message.updated", "model.completed", "cost.recorded", "permission.evaluated",
+        "tool.started",
         "message.created", "tool.result", "step.completed",
         "step.started", "message.created", "model.requested", "message.updated",
         "model.completed", "cost.recorded", "step.completed", "side.completed",
@@ -318,6 +319,14 @@ def test_an_engine_flow_records_each_fact_once_in_order(engine: Engine) -> None:
     turn = Turn.objects.get(thread=thread)
     assert ended.turn_id == ended.payload["turn_id"] == str(turn.pk)
     assert (turn.status, turn.outcome) == ("completed", "stop_on_response")
+    # The second call offered the same tools: one catalog for the turn.
+    (catalog,) = Event.objects.filter(thread=thread, type="tool.catalog.resolved")
+    assert catalog.turn_id == str(turn.pk)
+    assert (catalog.payload["side"], catalog.payload["prompt"]) == ("a", "helper")
+    assert [(tool["name"], tool["kind"]) for tool in catalog.payload["tools"]] == [
+        ("echo", "function")
+    ]
+    assert catalog.payload["tools"][0]["parameters"]["properties"]["text"]["type"] == "string"
 
 
 # Concurrent writers --------------------------------------------------------------------------

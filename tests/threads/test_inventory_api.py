@@ -14,7 +14,7 @@ from agents.registry import tool
 from tenancy.models import Role, Tenant
 from tests.factories import make_thread
 from tests.threads.runtime.conftest import Engine, prompt
-from threads.models import Thread
+from threads.models import Thread, Turn
 from threads.services.env import thread_env_set
 
 pytestmark = pytest.mark.django_db
@@ -219,3 +219,53 @@ def test_a_read_only_key_reads_it_and_another_tenant_gets_a_404(
     assert reader.status_code == 200
     assert intruder.status_code == 404
     assert intruder.json()["error"]["code"] == "not_found"
+
+
+def test_each_turn_lists_the_catalogs_its_model_calls_were_offered(
+    engine: Engine, member: APIClient
+) -> None:
+    # A boss whose subprompt has other tools: the turn's calls saw two catalogs; the
+    # boss's second call offered the same tools and published none.
+    engine.define(
+        prompts=[prompt("boss", tools=["echo", "writer"]), prompt("writer", tools=["finish"])],
+        agents=[{"name": "boss", "side_a": {"prompt": "boss"}}],
+    )
+    thread = engine.thread("boss")
+    engine.script.tool_calls([{"name": "writer", "arguments": {}}]).text("Drafted.").text("Sent.")
+    engine.send(thread, "write it")
+    engine.drive(thread)
+    engine.script.text("Again.")
+    engine.send(thread, "once more")
+    engine.drive(thread)
+
+    first, second = Turn.objects.filter(thread=thread).order_by("position")
+    answer = member.get(f"/api/v1/turns/{first.id}/tools")
+    assert answer.status_code == 200, answer.content
+    catalogs = answer.json()["catalogs"]
+    assert [(c["prompt"], [t["name"] for t in c["tools"]]) for c in catalogs] == [
+        ("boss", ["echo", "writer"]),
+        ("writer", ["finish"]),
+    ]
+    assert [t["kind"] for t in catalogs[0]["tools"]] == ["function", "prompt"]
+    assert catalogs[0]["sequence"] < catalogs[1]["sequence"]
+    # Each turn's first call publishes its catalog anew, with the same digest.
+    (again,) = member.get(f"/api/v1/turns/{second.id}/tools").json()["catalogs"]
+    assert (again["prompt"], again["digest"]) == ("boss", catalogs[0]["digest"])
+
+
+def test_a_turn_whose_calls_offered_no_tools_lists_no_catalog(
+    engine: Engine, member: APIClient
+) -> None:
+    engine.define(
+        prompts=[prompt("plain")], agents=[{"name": "plain", "side_a": {"prompt": "plain"}}]
+    )
+    thread = engine.thread("plain")
+    engine.script.text("Hi.")
+    engine.send(thread, "hello")
+    engine.drive(thread)
+
+    (turn,) = Turn.objects.filter(thread=thread)
+    assert member.get(f"/api/v1/turns/{turn.id}/tools").json() == {
+        "turn_id": str(turn.id),
+        "catalogs": [],
+    }

@@ -28,6 +28,7 @@ from agents.registry import tool, use_registry
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key
+from tests.replay.replays import assert_replays
 from tests.support import current_database_url, server_warm_up
 from tests.worker import (
     Worker,
@@ -402,3 +403,4 @@ def test_a_coordinator_with_two_resumable_subagents_and_a_grandchild_runs_to_com
     assert files["coordinator"][BRIEF_PATH] == BRIEF
     assert {research_back["path"], writer_back["path"]} <= set(files["coordinator"])
     assert all(path.startswith("/attachments/brief-") for _, path, _ in every if path != BRIEF_PATH)
+    assert_replays(coordinator, session=True)

@@ -31,6 +31,7 @@ from agents.bundles import bundle_import
 from config.launcher import background_server
 from tenancy.models import Tenant
 from tests.factories import make_api_key
+from tests.replay.replays import assert_replays
 from tests.support import current_database_url, server_warm_up
 from tests.worker import (
     Worker,
@@ -429,6 +430,7 @@ def test_interrupt_cancels_the_running_turn_keeping_what_it_wrote_and_runs_the_n
     ]
     model = api.read_model(thread)
     assert (model["status"], model["last_outcome"]["turn_id"]) == ("waiting_input", new["id"])
+    assert_replays(thread)
 
 
 def test_rollback_cancels_the_running_turn_deleting_every_message_it_wrote(
@@ -459,9 +461,10 @@ def test_rollback_cancels_the_running_turn_deleting_every_message_it_wrote(
     assert (waited["done"], waited["messages"], waited["turn"]["message_ids"]) == (True, [], [])
     deleted = Event.objects.filter(thread=thread, type="message.deleted", turn_id=old)
     assert sorted(event.payload["id"] for event in deleted) == sorted(id for _, id in written)
+    assert_replays(thread)
 
 
-def test_messages_submitted_with_join_while_a_turn_runs_join_it_before_its_next_model_call(
+def test_messages_posted_while_a_turn_runs_join_it_before_its_next_model_call(
     tenant: Tenant, worker: Worker, api: Api
 ) -> None:
     # The first call is slow and calls a tool; two messages are posted meanwhile: the turn
@@ -487,10 +490,14 @@ def test_messages_submitted_with_join_while_a_turn_runs_join_it_before_its_next_
     first = api.accepted(thread, "count these")["id"]
     _in_model_call(thread, worker)
 
-    posted = [api.accepted(thread, text, "join") for text in ("and then this", "and finally that")]
+    posted = [
+        api.client.post(f"/api/v1/threads/{thread.id}/messages", {"content": text},
+                        format="json").json()
+        for text in ("and then this", "and finally that")
+    ]  # fmt: skip
     (ended,) = _ended([first], worker)
 
-    assert [body["joined_turn_id"] for body in posted] == [first, first]
+    assert [body["turn"]["joined_turn_id"] for body in posted] == [first, first]
     assert (ended.status, ended.outcome) == ("completed", DONE)
     assert [(role, content) for role, content, _ in _history(thread)] == [
         ("user", "count these"), ("assistant", None), ("tool", "3"),
@@ -498,11 +505,12 @@ def test_messages_submitted_with_join_while_a_turn_runs_join_it_before_its_next_
         ("assistant", "ok: and finally that"),
     ]  # fmt: skip
     assert {turn_id for _, _, turn_id in _history(thread)} == {first}  # one flow wrote all
-    joined = Turn.objects.filter(pk__in=[body["id"] for body in posted])
+    joined = Turn.objects.filter(pk__in=[body["turn_id"] for body in posted])
     assert {(turn.status, str(turn.host_id)) for turn in joined} == {("completed", first)}
     flows = Log.objects.filter(thread=thread, kind="flow")
     calls = Log.objects.filter(thread=thread, kind="llm")
     assert (flows.count(), calls.count()) == (1, 2)
+    assert_replays(thread)
 
 
 # Wait and stream -----------------------------------------------------------------------------
@@ -862,6 +870,7 @@ def test_turn_of_a_killed_worker_reads_lost_and_the_sweep_completes_it_once(
     assert Turn.objects.filter(thread=thread).count() == 1
     model = api.read_model(thread)
     assert model["status"] == "waiting_input"
+    assert_replays(thread)
     assert [(i["incident"], i["turn_id"]) for i in model["incidents"]] == [("takeover", turn_id)]
     assert "taking over a turn whose worker stopped" in worker.log()
     warnings = Event.objects.filter(thread=thread, type="runtime.warning")

@@ -1,5 +1,6 @@
 """``GET /api/v1/threads/{id}/tools``: the tool inventory a side's prompt offers the model
-(``threads.runtime.inventory``), each tool with what the permission rules decide for it."""
+(``threads.runtime.inventory``), each tool with what the permission rules decide for it;
+``GET /api/v1/turns/{id}/tools``: the catalogs a turn's model calls were offered."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from rest_framework.response import Response
 
 from agents.permissions import DECISIONS, Rule
 from common.errors import ValidationFailed
-from threads.api.base import ThreadScopedView
+from threads.api.base import ThreadScopedView, TurnScopedView
 from threads.runtime.definitions import ToolKind
 from threads.runtime.inventory import InventoryTool, ToolInventory, ToolPermission, tool_inventory
+from threads.services.events import turn_catalogs
 
 # A plain string in the schema: an enum would collide with the other `kind` enums.
 KIND_HELP = "what the tool is: " + ", ".join(f"`{kind}`" for kind in get_args(ToolKind))
@@ -159,6 +161,56 @@ class ToolInventoryView(ThreadScopedView):
         return Response(inventory_json(thread_id=thread.pk, inventory=inventory))
 
 
+class CatalogToolOutput(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    kind = serializers.CharField(help_text=KIND_HELP)
+    description = serializers.CharField()
+    parameters = serializers.JSONField(allow_null=True, help_text="its JSON Schema")
+
+
+class CatalogOutput(serializers.Serializer[Any]):
+    sequence = serializers.IntegerField(help_text="its `tool.catalog.resolved` event's")
+    step_id = serializers.CharField(allow_null=True)
+    side = serializers.ChoiceField(choices=["a", "b"])
+    prompt = serializers.CharField()
+    digest = serializers.CharField(help_text="names the catalog: equal digests, equal tools")
+    tools = CatalogToolOutput(many=True)
+
+
+class TurnCatalogsOutput(serializers.Serializer[Any]):
+    turn_id = serializers.UUIDField()
+    catalogs = CatalogOutput(many=True)
+
+
+TURN_TOOLS_DESCRIPTION = (
+    "The tools this turn's model calls were offered, as they were offered: one catalog per "
+    "side and prompt that called a model, and one more each time a later call's catalog "
+    "differed, oldest first (each is a `tool.catalog.resolved` event of the turn). A call "
+    "offered no tools publishes no catalog. What the same prompt offers now, with the "
+    "permission decisions, is `GET /api/v1/threads/{thread_id}/tools`."
+)
+
+
+class TurnToolsView(TurnScopedView):
+    @extend_schema(
+        summary="List the tool catalogs a turn's model calls were offered",
+        description=TURN_TOOLS_DESCRIPTION, responses=TurnCatalogsOutput,
+        operation_id="turn_tools_list", tags=["tools"],
+    )  # fmt: skip
+    def get(self, request: Request, turn_id: str) -> Response:
+        turn = self.turn()
+        catalogs = [
+            {"sequence": event.sequence, "step_id": event.step_id or None,
+             "side": event.payload["side"], "prompt": event.payload["prompt"],
+             "digest": event.payload["digest"], "tools": event.payload["tools"]}
+            for event in turn_catalogs(turn=turn)
+        ]  # fmt: skip
+        return Response({"turn_id": str(turn.pk), "catalogs": catalogs})
+
+
 urlpatterns = [
     path("tools", ToolInventoryView.as_view(), name="thread-tools"),
+]
+turn_urlpatterns = [
+    path("turns/<uuid:turn_id>/tools", TurnToolsView.as_view(), name="turn-tools"),
 ]

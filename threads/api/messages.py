@@ -25,7 +25,7 @@ from threads.api.run_outputs import (
     QueuedMessageSerializer,
     TurnSerializer,
 )
-from threads.models import MessageRole, Turn, TurnKind
+from threads.models import MessageRole, Turn, TurnKind, TurnStrategy
 from threads.services.attachments import MAX_ATTACHMENTS, attachments_store
 from threads.services.control import STOPPED_BY_USER, thread_stop, thread_terminate
 from threads.services.inbox import (
@@ -157,7 +157,10 @@ class MessageUpdateInput(StrictInput):
 
 
 SEND_DESCRIPTION = (
-    "Answers 202 at once with the queued turn that will run the agent. `user` (default) and "
+    "Answers 202 at once with the queued turn that will run the agent. While a turn runs on "
+    "the thread the message joins it (`joined_turn_id`): it is stored before that turn's next "
+    "model call (runtime §2, §9), or, when the turn ends first, runs as a turn of its own. "
+    "`user` (default) and "
     "`system` messages call on side A, `assistant` on side B. A user message lifts a stop. "
     "The body's `user` names the end user the turn is for (default: the thread's `user_id`). "
     "A repeat with the same `Idempotency-Key` answers the first answer and queues nothing."
@@ -216,7 +219,7 @@ class MessageListView(ThreadScopedView):
             turn = message_queue(
                 thread=thread, role=data["role"], content=data.get("content"),
                 attachments=refs, silent=data["silent"], metadata=data.get("metadata"),
-                user=data.get("user"),
+                user=data.get("user"), strategy=TurnStrategy.JOIN,
             )  # fmt: skip
             return status.HTTP_202_ACCEPTED, queued_json(turn)
 

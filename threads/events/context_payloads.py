@@ -1,10 +1,22 @@
-"""The payloads of the context events: compaction (docs/compaction.md), the runtime's
-warnings and errors, and spilled outputs (declared with the rest in
-:data:`threads.events.payloads.PAYLOADS`)."""
+"""The payloads of the context events: the tool catalog a step offered, compaction
+(docs/compaction.md), the runtime's warnings and errors, and spilled outputs (declared with
+the rest in :data:`threads.events.payloads.PAYLOADS`)."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
+
+
+class ToolCatalogResolved(TypedDict):
+    """The tools side ``side``'s prompt offered its model: published by a turn's first model
+    call of that side and prompt, and again when a later call's catalog differs (``digest``
+    names a catalog). Each tool is ``{name, kind, description, parameters}``."""
+
+    flow_id: str
+    side: str
+    prompt: str
+    digest: str
+    tools: list[dict[str, Any]]
 
 
 class CompactionStarted(TypedDict):

@@ -11,6 +11,7 @@ from threads.events.context_payloads import (
     CompactionStarted,
     OutputSpilled,
     RuntimeWarned,
+    ToolCatalogResolved,
 )
 from threads.events.vocabulary import EventType
 
@@ -336,6 +337,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.MESSAGE_CREATED: MessagePayload,
     EventType.MESSAGE_UPDATED: MessagePayload,
     EventType.MESSAGE_DELETED: MessageDeleted,
+    EventType.TOOL_CATALOG_RESOLVED: ToolCatalogResolved,
     EventType.TOOL_STARTED: ToolStarted,
     EventType.TOOL_PROGRESS: ToolProgress,
     EventType.TOOL_RESULT: ToolEnded,

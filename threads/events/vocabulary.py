@@ -35,6 +35,7 @@ class EventType(StrEnum):
     MESSAGE_CREATED = "message.created"
     MESSAGE_UPDATED = "message.updated"
     MESSAGE_DELETED = "message.deleted"
+    TOOL_CATALOG_RESOLVED = "tool.catalog.resolved"
     TOOL_STARTED = "tool.started"
     TOOL_PROGRESS = "tool.progress"
     TOOL_RESULT = "tool.result"

@@ -6,7 +6,8 @@ from typing import Any
 
 from common.errors import DomainError, ValidationFailed
 from threads.events import envelope_of, session_id_of
-from threads.models import Event, EventCounter, Thread
+from threads.events.vocabulary import EventType
+from threads.models import Event, EventCounter, Thread, Turn
 
 MAX_PAGE = 1000
 
@@ -97,3 +98,13 @@ def event_resume_point(*, thread: Thread, after: int | None) -> tuple[int, Event
     if after < pruned_through:
         return pruned_through, events_pruned(pruned_through=pruned_through)
     return after, None
+
+
+def turn_catalogs(*, turn: Turn) -> list[Event]:
+    """The ``tool.catalog.resolved`` events of ``turn``: the tool catalogs its model calls
+    were offered, oldest first (one per side and prompt, and one more per change)."""
+    return list(
+        Event.objects.filter(
+            thread_id=turn.thread_id, turn_id=str(turn.pk), type=EventType.TOOL_CATALOG_RESOLVED
+        ).order_by("sequence")
+    )

@@ -8,7 +8,8 @@ drained before its next step (runtime §9). ``multitask_strategy`` says what a n
 to the active one: ``enqueue`` (wait behind it), ``reject`` (409), ``interrupt`` (cancel it,
 keep what it wrote), ``rollback`` (cancel it, delete what it wrote) or ``join`` (become an
 input of the running turn, drained before its next model call, runtime §2 and §9; with no
-turn running, wait like ``enqueue``).
+turn running, wait like ``enqueue``). ``join`` is what ``POST .../messages`` and
+``state.queue_message`` at rest do.
 """
 
 from __future__ import annotations

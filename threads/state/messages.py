@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agents.registry import HookName
-from threads.models import TurnSource
+from threads.models import TurnSource, TurnStrategy
 from threads.runtime.hooks import thread_hooks
 from threads.services import logs, messages
 from threads.services.inbox import message_queue
@@ -103,14 +103,17 @@ class MessagesMixin(StateBase):
         metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Queue a message. During a turn it joins that turn and is drained before its next
-        step; at rest it is a turn of its own (``user`` -> side A acts, ``assistant`` -> side
-        B). Returns the message id it will have. Conflict on a terminated thread."""
+        step; from outside a flow it joins the thread's running turn, if one runs
+        (``multitask_strategy=join``), else it is a turn of its own (``user`` -> side A
+        acts, ``assistant`` -> side B). Returns the message id it will have. Conflict on a
+        terminated thread."""
         flow = self._flow
         turn = message_queue(
             thread=self._thread, role=role, content=content, attachments=list(attachments),
             silent=silent, metadata={**self.message_metadata, **(metadata or {})},
             source=self.queue_source if flow is None else TurnSource.QUEUE_MESSAGE,
             host=flow.turn if flow is not None else None, outbox=self.outbox,
+            strategy=TurnStrategy.JOIN,
         )  # fmt: skip
         if flow is not None:
             flow.input_joined()

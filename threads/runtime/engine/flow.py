@@ -101,6 +101,8 @@ class Flow:
         # Whether inputs of this turn may wait in the inbox: the turn itself before the
         # first drain, then only what this flow queues for itself (:meth:`input_joined`).
         self.inputs_waiting = True
+        # The digest of the tool catalog last offered per side and prompt (model_call).
+        self.catalogs: dict[tuple[str, str], str] = {}
         # The answered action this flow resumes its paused turn from (None: a new turn).
         self.resumption = resumption
         # The tool call running now (state.request_input pauses on it).

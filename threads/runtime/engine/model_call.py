@@ -5,6 +5,7 @@ before and after the call."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -104,6 +105,27 @@ def _assembled(
     return hooks.prefilter(messages)
 
 
+NO_TOOLS = hashlib.sha256(b"[]").hexdigest()[:16]
+
+
+def _catalog(
+    flow: Flow, prompt: PromptDoc, acting: Side, tools: Mapping[str, ResolvedTool]
+) -> dict[str, Any] | None:
+    """The ``tool.catalog.resolved`` payload of the tools this call offers, or None when the
+    flow's last call of this side and prompt offered the same catalog (its first, none)."""
+    offered = [
+        {"name": name, "kind": tool.kind, "description": tool.spec.description,
+         "parameters": tool.spec.parameters}
+        for name, tool in tools.items()
+    ]  # fmt: skip
+    encoded = json.dumps(offered, sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(encoded).hexdigest()[:16]
+    if flow.catalogs.get((acting, prompt.name), NO_TOOLS) == digest:
+        return None
+    flow.catalogs[(acting, prompt.name)] = digest
+    return {"side": acting, "prompt": prompt.name, "digest": digest, "tools": offered}
+
+
 def _replayed_reasoning(
     flow: Flow, prompt: PromptDoc, stored: Sequence[Mapping[str, Any]]
 ) -> dict[str, str] | None:
@@ -155,8 +177,9 @@ def model_call(
     if hold.max_output_tokens is not None:
         request = dataclasses.replace(request, max_output_tokens=hold.max_output_tokens)
     try:
+        catalog = _catalog(flow, prompt, acting, tools)
         return _called(flow, prompt, acting, request, hooks, hold, parent=parent,
-                       stop_side=stop_side)  # fmt: skip
+                       stop_side=stop_side, catalog=catalog)  # fmt: skip
     finally:
         budgets.release(hold)  # a no-op once committed
 
@@ -171,6 +194,7 @@ def _called(
     *,
     parent: Message | None,
     stop_side: SideConfig | None,
+    catalog: dict[str, Any] | None,
 ) -> tuple[Message, ProviderResponse]:
     spec = flow.defs.model(prompt.model)
     # ``reasoning.exclude``: the model may reason, but its reasoning is neither streamed
@@ -179,6 +203,8 @@ def _called(
     # The pending row, the thread's acting side (what a takeover resumes) and the
     # model.requested event commit as one.
     with flow.outbox.batch():
+        if catalog is not None:
+            event_publish(flow, "tool.catalog.resolved", catalog)
         pending = message_create(
             flow, role=stored_role(acting), content=None,
             status=MessageStatus.PENDING, side=acting, parent=parent,

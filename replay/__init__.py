@@ -1,0 +1,1 @@
+"""Replay and evidence: the portable export of a thread or session, and its validator."""
