@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "retention",
     "compaction",
     "replay",
+    "observability",
     "console",
     "sandbox",
 ]

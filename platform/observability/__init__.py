@@ -1,0 +1,1 @@
+"""Operations: what an operator watches (metrics, traces, structured logs, health)."""
