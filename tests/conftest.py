@@ -12,6 +12,8 @@ from tests.factories import make_api_key, make_tenant, make_thread
 from threads.models import Thread
 from usage.budgets import budgets_forget
 
+pytest_plugins = ["tests.vocabulary_plugin"]
+
 
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings: Settings) -> None:
