@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -26,6 +27,7 @@ from agents.api_schema import (
     RegistryHookSerializer,
     RegistryToolSerializer,
 )
+from agents.auditing import bundle_imported_audit, definition_saved_audit
 from agents.bundles import bundle_dump, bundle_export, bundle_import, bundle_parse
 from agents.models import Agent, CodeTool, Definition, Model, PermissionRule, Prompt
 from agents.permission_rules import FIELDS as PERMISSION_RULE_FIELDS
@@ -39,16 +41,19 @@ from agents.services import (
     KEEP,
     definition_delete,
     definition_save,
+    definitions_snapshot,
     document_json,
     parse_document,
     problem_json,
     row_document,
 )
-from agents.validation import Kind
+from agents.validation import SINGULAR, Kind
+from common.audit import AuditAction, changed_fields
 from common.errors import ValidationFailed
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.schema import error_response, error_responses, page_of
 from common.time import to_us
+from tenancy.auditing import audit_by
 from tenancy.models import Role
 from tenancy.viewsets import TenantScopedViewSet, request_principal
 
@@ -94,10 +99,16 @@ class DefinitionViewSet(TenantScopedViewSet):
                 "api_key must be a string, or null to remove it", field="api_key"
             )
         doc = parse_document(self.kind, data)
-        saved = definition_save(
-            tenant=self.principal.tenant, kind=self.kind, doc=doc, current_name=current,
-            api_key=api_key,
-        )  # fmt: skip
+        before = {} if current is None else document_json(row_document(self.get_object()))
+        with transaction.atomic():
+            saved = definition_save(
+                tenant=self.principal.tenant, kind=self.kind, doc=doc, current_name=current,
+                api_key=api_key,
+            )  # fmt: skip
+            definition_saved_audit(
+                self.principal, kind=self.kind, current=current, before=before, row=saved.row,
+                api_key_changed=api_key is not KEEP,
+            )  # fmt: skip
         return self._saved(saved.row, saved.warnings, code)
 
     def list(self, request: Request) -> Response:
@@ -124,7 +135,9 @@ class DefinitionViewSet(TenantScopedViewSet):
 
     def destroy(self, request: Request, name: str) -> Response:
         self.get_object()
-        definition_delete(tenant=self.principal.tenant, kind=self.kind, name=name)
+        with transaction.atomic():
+            definition_delete(tenant=self.principal.tenant, kind=self.kind, name=name)
+            audit_by(self.principal, AuditAction.DEFINITION_DELETED, SINGULAR[self.kind], name)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -242,12 +255,19 @@ class BundleView(APIView):
         responses={200: BundleReportSerializer},
     )
     def post(self, request: Request) -> Response:
-        report = bundle_import(
-            tenant=request_principal(request).tenant,
-            document=bundle_parse(request.body),
-            dry_run=_flag(request, "dry_run"),
-            replace=_flag(request, "replace"),
-        )
+        principal = request_principal(request)
+        document, dry_run = bundle_parse(request.body), _flag(request, "dry_run")
+        replace = _flag(request, "replace")
+        with transaction.atomic():
+            before = None if dry_run else definitions_snapshot(tenant=principal.tenant)
+            report = bundle_import(
+                tenant=principal.tenant, document=document, dry_run=dry_run, replace=replace
+            )
+            if before is not None:
+                after = definitions_snapshot(tenant=principal.tenant)
+                bundle_imported_audit(
+                    principal, before=before, after=after, report=report, replace=replace
+                )
         return Response(report.as_json())
 
 
@@ -376,8 +396,22 @@ class PermissionRuleViewSet(TenantScopedViewSet):
         request=PermissionRuleInput, responses={201: PermissionRuleSerializer},
     )  # fmt: skip
     def create(self, request: Request) -> Response:
-        row = permission_rule_save(tenant=self.principal.tenant, data=request.data)
+        with transaction.atomic():
+            row = permission_rule_save(tenant=self.principal.tenant, data=request.data)
+            self._audit(AuditAction.DEFINITION_CREATED, row, {})
         return Response(permission_rule_json(row), status=status.HTTP_201_CREATED)
+
+    def _audit(self, action: AuditAction, row: PermissionRule, before: Mapping[str, Any]) -> None:
+        after = {} if action == AuditAction.DEFINITION_DELETED else permission_rule_json(row)
+        changes = changed_fields(before, after)
+        audit_by(self.principal, action, "permission rule", row.pk, {"changes": changes})
+
+    def _replace(self, current: PermissionRule, data: Mapping[str, Any]) -> PermissionRule:
+        before = permission_rule_json(current)
+        with transaction.atomic():
+            row = permission_rule_save(tenant=self.principal.tenant, data=data, current=current)
+            self._audit(AuditAction.DEFINITION_UPDATED, row, before)
+        return row
 
     @extend_schema(
         operation_id="permission_rules_retrieve", summary="Get a permission rule",
@@ -392,10 +426,7 @@ class PermissionRuleViewSet(TenantScopedViewSet):
         request=PermissionRuleInput, responses=PermissionRuleSerializer,
     )  # fmt: skip
     def update(self, request: Request, pk: str) -> Response:
-        row = permission_rule_save(
-            tenant=self.principal.tenant, data=request.data, current=self.get_object()
-        )
-        return Response(permission_rule_json(row))
+        return Response(permission_rule_json(self._replace(self.get_object(), request.data)))
 
     @extend_schema(
         operation_id="permission_rules_partial_update",
@@ -411,9 +442,7 @@ class PermissionRuleViewSet(TenantScopedViewSet):
             raise ValidationFailed("the body must be a JSON object")
         if request.data.get("decision", current.decision) != "ask":  # ask's own settings go
             merged.update(expires_in=None, on_expiry=None)
-        row = permission_rule_save(
-            tenant=self.principal.tenant, data=merged | dict(request.data), current=current
-        )
+        row = self._replace(current, merged | dict(request.data))
         return Response(permission_rule_json(row))
 
     @extend_schema(
@@ -421,5 +450,8 @@ class PermissionRuleViewSet(TenantScopedViewSet):
         responses={204: None},
     )  # fmt: skip
     def destroy(self, request: Request, pk: str) -> Response:
-        permission_rule_delete(tenant=self.principal.tenant, row=self.get_object())
+        row = self.get_object()
+        with transaction.atomic():
+            self._audit(AuditAction.DEFINITION_DELETED, row, permission_rule_json(row))
+            permission_rule_delete(tenant=self.principal.tenant, row=row)
         return Response(status=status.HTTP_204_NO_CONTENT)

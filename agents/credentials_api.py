@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agents.auditing import credential_audit
 from agents.credentials import (
     credential_delete,
     credential_get,
@@ -20,6 +22,7 @@ from agents.credentials import (
     credential_save,
 )
 from agents.models import CredentialProvider, ProviderCredential
+from common.audit import AuditAction
 from common.inputs import StrictInput
 from common.pagination import paginate
 from common.schema import US_SINCE_EPOCH, error_response, error_responses
@@ -94,7 +97,9 @@ class CredentialViewSet(TenantScopedViewSet):
     )  # fmt: skip
     def create(self, request: Request) -> Response:
         CredentialInput(data=request.data).is_valid(raise_exception=True)
-        row = credential_save(tenant=self.principal.tenant, data=request.data)
+        with transaction.atomic():
+            row = credential_save(tenant=self.principal.tenant, data=request.data)
+            credential_audit(self.principal, AuditAction.CREDENTIAL_CREATED, row.name, request.data)
         return Response(credential_json(row), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -114,7 +119,10 @@ class CredentialViewSet(TenantScopedViewSet):
     )  # fmt: skip
     def partial_update(self, request: Request, name: str) -> Response:
         CredentialInput(data=request.data, partial=True).is_valid(raise_exception=True)
-        row = credential_save(tenant=self.principal.tenant, data=request.data, current=self._row())
+        current = self._row()
+        with transaction.atomic():
+            row = credential_save(tenant=self.principal.tenant, data=request.data, current=current)
+            credential_audit(self.principal, AuditAction.CREDENTIAL_UPDATED, row.name, request.data)
         return Response(credential_json(row))
 
     @extend_schema(
@@ -123,5 +131,8 @@ class CredentialViewSet(TenantScopedViewSet):
         responses={204: None, 409: error_response(409, IN_USE)},
     )  # fmt: skip
     def destroy(self, request: Request, name: str) -> Response:
-        credential_delete(tenant=self.principal.tenant, row=self._row())
+        row = self._row()
+        with transaction.atomic():
+            credential_delete(tenant=self.principal.tenant, row=row)
+            credential_audit(self.principal, AuditAction.CREDENTIAL_DELETED, row.name, {})
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -18,6 +18,7 @@ MODULES = [
     "bench.background",
     "bench.budgets",
     "bench.long_threads",
+    "bench.idle",
     "bench.peers.suite",
 ]
 # Run only when named: they install another server and take minutes (`make bench peers`).

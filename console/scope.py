@@ -41,6 +41,10 @@ class Console:
     def can_write(self) -> bool:
         return self.principal.role.allows(WRITE_ROLE)
 
+    @property
+    def can_admin(self) -> bool:
+        return self.principal.role.allows(Role.ADMIN)
+
 
 def console_of(request: HttpRequest) -> Console:
     console = getattr(request, "console", None)

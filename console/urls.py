@@ -6,7 +6,17 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import agents, credentials, files, observe, playground, threads, usage, values
+from console.views import (
+    agents,
+    audit,
+    credentials,
+    files,
+    observe,
+    playground,
+    threads,
+    usage,
+    values,
+)
 
 app_name = "console"
 
@@ -27,4 +37,5 @@ urlpatterns = [
     *agents.urlpatterns,
     *playground.urlpatterns,
     *usage.urlpatterns,
+    *audit.urlpatterns,
 ]

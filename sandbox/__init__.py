@@ -12,6 +12,7 @@ from sandbox.execution import (
     ExecutionError,
     configure_default_pool,
     default_pool,
+    executions_watch,
     run_code,
 )
 from sandbox.marshal import UNDEFINED, JSMap, SerializationError, TypedArray
@@ -30,5 +31,6 @@ __all__ = [
     "TypedArray",
     "configure_default_pool",
     "default_pool",
+    "executions_watch",
     "run_code",
 ]

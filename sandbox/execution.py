@@ -415,6 +415,19 @@ def run_code(
     with the reason as the error message.
     """
     target_pool = pool or default_pool()
+    execution = _run(source, options, target_pool, abort_signal)
+    for watcher in tuple(_watchers):
+        try:
+            watcher(execution, target_pool)
+        except Exception:  # watching must never fail a call
+            logger.exception("a sandbox execution watcher failed")
+    return execution
+
+
+def _run(
+    source: str, options: Mapping[str, Any] | None, target_pool: RunnerPool,
+    abort_signal: AbortSignal | None,
+) -> CodeExecution:  # fmt: skip
     try:
         prepared = prepare(source, options)
     except InvalidCodeExecutionOptions as error:
@@ -434,6 +447,18 @@ def run_code(
 
 def _unused_call() -> PreparedCall:
     return prepare("", None)
+
+
+# Called with each execution ``run_code`` starts and its pool (metrics, from above the
+# sandbox): they may add a done callback; they must be quick (one that raises is logged).
+Watcher = Callable[[CodeExecution, RunnerPool], None]
+_watchers: list[Watcher] = []
+
+
+def executions_watch(watcher: Watcher) -> Callable[[], None]:
+    """Call ``watcher`` with every execution :func:`run_code` starts; returns its removal."""
+    _watchers.append(watcher)
+    return lambda: _watchers.remove(watcher)
 
 
 _default_pool: RunnerPool | None = None

@@ -300,6 +300,12 @@ class RunnerPool:
             if not self._condition.wait_for(lambda: len(self._idle) >= self.size, timeout):
                 raise TimeoutError(f"{self.size - len(self._idle)} runner(s) not ready in time")
 
+    def occupancy(self) -> tuple[int, int]:
+        """(busy, idle): runners serving an execution or starting, and idle ones, now."""
+        with self._condition:
+            idle = len(self._idle)
+            return len(self._all) - idle, idle
+
     def pids(self) -> list[int]:
         with self._condition:
             return sorted(runner.pid for runner in self._all)

@@ -1,10 +1,17 @@
-"""Sending events to Channels groups without making the writer wait.
+"""Sending events to Channels groups without making the writer wait, and the engine's one
+door for watching what it commits (:func:`observe`).
 
 :func:`broadcast` hands an envelope to one background thread per process, which owns an
 event loop and sends to the channel layer in submission order. The writer (a flow, a
 request) pays a queue put, not Redis round trips nor JSON encoding: the sender encodes an
 envelope only for groups that have members. A send that fails is logged and dropped:
 the event is already in the thread's log, and consumers fill any gap from it.
+
+Every event passes through here once committed (persisted ones after their commit,
+ephemeral ones at once), in order, so an observer registered with :func:`observe` (metrics,
+from above the engine) learns every engine fact without a hook in the engine: it is called on
+the sender's thread with each batch just handed to the channel layer. With none registered
+nothing is done for it: no statement, no copy.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -31,6 +39,9 @@ MESSAGE_TYPE = "event.message"
 # them from the log (channels-redis messages should stay small).
 MAX_INLINE_CHARS = 256 * 1024
 
+# One envelope and the groups it goes to.
+Item = tuple[Sequence[str], Mapping[str, Any]]
+
 
 class _Sender:
     """One daemon thread running an event loop that drains a FIFO of group sends."""
@@ -38,7 +49,8 @@ class _Sender:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.queue: asyncio.Queue[tuple[Sequence[str], Mapping[str, Any]]] | None = None
+        # Each item with the moment it was submitted (time.monotonic), for the fan-out lag.
+        self.queue: asyncio.Queue[tuple[Item, float]] | None = None
         self.noticing: set[asyncio.Task[None]] = set()
         self.ready = threading.Event()
         self.idle = threading.Condition()
@@ -52,18 +64,16 @@ class _Sender:
     ) -> None:
         with self.idle:
             self.pending += len(items)
-        self.loop.call_soon_threadsafe(self._put, items, wake)
+        self.loop.call_soon_threadsafe(self._put, items, wake, time.monotonic())
 
-    def _put(
-        self, items: Sequence[tuple[Sequence[str], Mapping[str, Any]]], wake: Collection[str]
-    ) -> None:
+    def _put(self, items: Sequence[Item], wake: Collection[str], submitted: float) -> None:
         assert self.queue is not None
         if wake:  # the events are committed: waiters may read their turns at once
             task = self.loop.create_task(self._notice(wake))
             self.noticing.add(task)
             task.add_done_callback(self.noticing.discard)
         for item in items:
-            self.queue.put_nowait(item)
+            self.queue.put_nowait((item, submitted))
 
     def flush(self, timeout: float) -> bool:
         """Wait until everything submitted so far was sent (tests, benchmarks)."""
@@ -87,9 +97,10 @@ class _Sender:
         layer = get_channel_layer()
         assert layer is not None
         while True:
-            items = [await self.queue.get()]
+            queued = [await self.queue.get()]
             while not self.queue.empty():  # whatever queued meanwhile goes out together
-                items.append(self.queue.get_nowait())
+                queued.append(self.queue.get_nowait())
+            items = [item for item, _submitted in queued]
             grouped = _by_group(items)
             try:
                 observed = await _observed(layer, list(grouped))
@@ -106,6 +117,8 @@ class _Sender:
                     await layer.group_send(group, message)
                 except Exception:
                     logger.exception("event broadcast to %s failed", group)
+            if _observers:  # the oldest item waited longest (FIFO)
+                _notify([envelope for _groups, envelope in items], time.monotonic() - queued[0][1])
             with self.idle:
                 self.pending -= len(items)
                 self.idle.notify_all()
@@ -170,6 +183,28 @@ def unbatched(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The messages a layer message carries (one, or a ``batch``), in order."""
     batch = message.get("batch")
     return list(batch) if isinstance(batch, list) else [message]
+
+
+# A batch of envelopes just sent, and how long the oldest of them waited between its hand-off
+# here (its commit) and its send, in seconds.
+Observer = Callable[[Sequence[Mapping[str, Any]], float], None]
+_observers: list[Observer] = []
+
+
+def observe(callback: Observer) -> Callable[[], None]:
+    """Call ``callback`` with every batch of sent envelopes in this process; returns its
+    removal. It runs on the sender's event loop: it must be quick and touch no database.
+    One that raises is logged; the others still run."""
+    _observers.append(callback)
+    return lambda: _observers.remove(callback)
+
+
+def _notify(envelopes: Sequence[Mapping[str, Any]], lag_s: float) -> None:
+    for callback in tuple(_observers):
+        try:
+            callback(envelopes, lag_s)
+        except Exception:
+            logger.exception("an event observer failed")
 
 
 _sender: _Sender | None = None

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import path
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from pydantic import BaseModel
 
 from agents.api import registry_effects_json, registry_hooks_json, registry_tools_json
+from agents.auditing import bundle_imported_audit, definition_saved_audit
 from agents.bundles import (
     Format,
     ImportReport,
@@ -30,17 +32,21 @@ from agents.bundles import (
 from agents.models import DEFINITION_MODELS, Agent, CodeTool, Definition, Model, Prompt
 from agents.registry import current_registry
 from agents.services import (
+    KEEP,
     definition_delete,
     definition_save,
+    definitions_snapshot,
     document_json,
     parse_document,
     row_document,
 )
 from agents.validation import KINDS, SINGULAR, Kind
+from common.audit import AuditAction
 from common.errors import DomainError
 from console.agent_forms import BundleForm, DefinitionForm
 from console.scope import console_of, console_view
 from console.views.common import page
+from tenancy.auditing import audit_by
 from tenancy.models import Tenant
 
 TITLES: dict[str, str] = {
@@ -106,17 +112,29 @@ def agents_index(request: HttpRequest) -> HttpResponse:
 # One definition ----------------------------------------------------------------------------
 
 
-def _save(request: HttpRequest, form: DefinitionForm, current: str | None) -> HttpResponse | None:
-    """Save what ``form`` says through ``definition_save``; the redirect to the saved
-    definition, or None with the refusal added to the form."""
-    tenant = console_of(request).principal.tenant
+def _save(
+    request: HttpRequest, form: DefinitionForm, row: Definition | None
+) -> HttpResponse | None:
+    """Save what ``form`` says through ``definition_save`` over ``row`` (None: a new one),
+    audited as the API audits it; the redirect to the saved definition, or None with the
+    refusal added to the form."""
+    principal = console_of(request).principal
     if not form.is_valid():
         return None
+    current = None if row is None else row.name
+    before = {} if row is None else document_json(row_document(row))
     try:
         doc = parse_document(form.kind, form.document_data())
-        saved = definition_save(
-            tenant=tenant, kind=form.kind, doc=doc, current_name=current, api_key=form.api_key()
-        )
+        api_key = form.api_key()
+        with transaction.atomic():
+            saved = definition_save(
+                tenant=principal.tenant, kind=form.kind, doc=doc, current_name=current,
+                api_key=api_key,
+            )  # fmt: skip
+            definition_saved_audit(
+                principal, kind=form.kind, current=current, before=before, row=saved.row,
+                api_key_changed=api_key is not KEEP,
+            )  # fmt: skip
     except DomainError as error:
         form.add_domain_error(error, name=form.cleaned_data.get("name") or current)
         return None
@@ -163,7 +181,7 @@ def definition_detail(request: HttpRequest, kind: str, name: str) -> HttpRespons
     row = _definition(console_of(request).principal.tenant, known, name)
     if request.method == "POST":
         form = DefinitionForm(request.POST, kind=known)
-        saved = _save(request, form, current=row.name)
+        saved = _save(request, form, row)
         if saved is not None:
             return saved
     else:
@@ -179,7 +197,7 @@ def definition_new(request: HttpRequest, kind: str) -> HttpResponse:
     known = _kind(kind)
     if request.method == "POST":
         form = DefinitionForm(request.POST, kind=known)
-        saved = _save(request, form, current=None)
+        saved = _save(request, form, None)
         if saved is not None:
             return saved
     else:
@@ -206,10 +224,12 @@ def _defaults(kind: Kind) -> dict[str, Any]:
 def definition_delete_view(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     """Delete a definition (``definition_delete``: refused while others refer to it)."""
     known = _kind(kind)
-    tenant = console_of(request).principal.tenant
-    row = _definition(tenant, known, name)
+    principal = console_of(request).principal
+    row = _definition(principal.tenant, known, name)
     try:
-        definition_delete(tenant=tenant, kind=known, name=row.name)
+        with transaction.atomic():
+            definition_delete(tenant=principal.tenant, kind=known, name=row.name)
+            audit_by(principal, AuditAction.DEFINITION_DELETED, SINGULAR[known], row.name)
     except DomainError as error:
         messages.error(request, error.message)
         return redirect("console:agents-definition", kind=known, name=row.name)
@@ -282,7 +302,8 @@ def bundle_import_view(request: HttpRequest) -> HttpResponse:
     """Import a bundle (``POST /api/v1/bundles``). A pasted or uploaded bundle is always
     checked first (``dry_run``): what it would create and update, and every error at its
     entry. Only the Apply button (``apply``, carrying the same text) imports it."""
-    tenant = console_of(request).principal.tenant
+    principal = console_of(request).principal
+    tenant = principal.tenant
     if request.method == "GET":
         return _import_page(request, BundleForm())
     form = BundleForm(request.POST, request.FILES)
@@ -299,8 +320,15 @@ def bundle_import_view(request: HttpRequest) -> HttpResponse:
     form = BundleForm(initial={"document": text, "replace": replace})
     shared = {"text": text, "replace": replace, "applying": applying}
     try:
-        report = bundle_import(tenant=tenant, document=document, dry_run=not applying,
-                               replace=replace)  # fmt: skip
+        with transaction.atomic():
+            before = definitions_snapshot(tenant=tenant) if applying else None
+            report = bundle_import(tenant=tenant, document=document, dry_run=not applying,
+                                   replace=replace)  # fmt: skip
+            if before is not None:
+                after = definitions_snapshot(tenant=tenant)
+                bundle_imported_audit(
+                    principal, before=before, after=after, report=report, replace=replace
+                )
     except DomainError as error:
         return _import_page(request, form, shared | _refusal(tenant, document, error))
     if applying:

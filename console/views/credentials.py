@@ -19,11 +19,13 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from agents.auditing import credential_audit
 from agents.credentials import (
     MAX_KEY_CHARS,
     credential_delete,
@@ -34,6 +36,7 @@ from agents.credentials import (
 from agents.credentials_api import CredentialViewSet
 from agents.models import CredentialProvider, ProviderCredential
 from agents.providers.base import OFFICIAL_BASE_URLS
+from common.audit import AuditAction
 from common.errors import DomainError, NotFound
 from common.time import from_us
 from console.scope import console_of, console_view
@@ -172,8 +175,12 @@ def _saved(
     fields: 400, or the refusal's status."""
     status = 400
     if form.is_valid():
+        sent = data(form.cleaned_data)
+        action = AuditAction.CREDENTIAL_UPDATED if current else AuditAction.CREDENTIAL_CREATED
         try:
-            row = credential_save(tenant=tenant, data=data(form.cleaned_data), current=current)
+            with transaction.atomic():
+                row = credential_save(tenant=tenant, data=sent, current=current)
+                credential_audit(console_of(request).principal, action, row.name, sent)
         except DomainError as error:
             refuse_at_field(form, error, {})
             status = error.status
@@ -218,7 +225,11 @@ def credential_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     row = _credential(tenant, name)
 
     def delete() -> dict[str, Any]:
-        credential_delete(tenant=tenant, row=row)
+        with transaction.atomic():
+            credential_delete(tenant=tenant, row=row)
+            credential_audit(
+                console_of(request).principal, AuditAction.CREDENTIAL_DELETED, row.name, {}
+            )
         messages.success(request, f"Deleted credential {name}.")
         return {"name": name}
 

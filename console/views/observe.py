@@ -18,15 +18,19 @@ from typing import Any
 
 from django import forms
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from common.audit import AuditAction
 from common.errors import Conflict, NotFound
 from common.pagination import MAX_OFFSET
 from common.time import from_us
 from console.scope import console_of, console_view
 from console.views.common import THREAD, answer, tenant_thread, thread_page
+from tenancy.auditing import audit_by
+from threads.api.schedules import schedule_audit
 from threads.events import EventType
 from threads.models import EffectStatus, Log, Schedule, SubagentLink, Thread
 from threads.runtime.records import TurnUsage
@@ -322,9 +326,8 @@ def schedule_pause_view(
 ) -> HttpResponse:
     """Pause one of the thread's schedules (``POST /schedules/{id}/pause``)."""
     return _schedule_changed(
-        request, thread_id, schedule_id,
-        lambda row: {"schedule": schedule_json(schedule_pause(row=row, paused=True))},
-    )  # fmt: skip
+        request, thread_id, schedule_id, lambda row: _paused(request, row, paused=True)
+    )
 
 
 @require_POST
@@ -335,9 +338,17 @@ def schedule_resume_view(
     """Resume one of the thread's schedules from its next slot after now
     (``POST /schedules/{id}/resume``)."""
     return _schedule_changed(
-        request, thread_id, schedule_id,
-        lambda row: {"schedule": schedule_json(schedule_pause(row=row, paused=False))},
-    )  # fmt: skip
+        request, thread_id, schedule_id, lambda row: _paused(request, row, paused=False)
+    )
+
+
+def _paused(request: HttpRequest, row: Schedule, *, paused: bool) -> dict[str, Any]:
+    """Pause or resume ``row`` (``schedule_pause``), recorded as the API records it."""
+    action = AuditAction.SCHEDULE_PAUSED if paused else AuditAction.SCHEDULE_RESUMED
+    with transaction.atomic():
+        row = schedule_pause(row=row, paused=paused)
+        audit_by(console_of(request).principal, action, "schedule", row.pk)
+    return {"schedule": schedule_json(row)}
 
 
 @require_POST
@@ -348,7 +359,12 @@ def schedule_delete_view(
     """Delete one of the thread's schedules (``DELETE /schedules/{id}``)."""
 
     def delete(row: Schedule) -> dict[str, Any]:
-        schedule_delete(row=row)
+        with transaction.atomic():
+            schedule_audit(
+                console_of(request).principal, AuditAction.SCHEDULE_DELETED, row.pk,
+                schedule_json(row), {},
+            )  # fmt: skip
+            schedule_delete(row=row)
         return {"deleted": str(schedule_id)}
 
     return _schedule_changed(request, thread_id, schedule_id, delete)

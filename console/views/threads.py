@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
@@ -19,19 +20,22 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agents.graph import GraphVariable, agent_graph_variables
 from agents.selectors import agent_names
+from common.audit import AuditAction
 from common.errors import DomainError, NotFound, ValidationFailed
 from common.parsing import json_parse
 from common.time import from_us
 from console.forms import ENV_PREFIX, MessageForm, ThreadFilterForm, ThreadNewForm
 from console.scope import SESSION_TENANT, Console, console_of, console_view
 from console.views.common import THREAD, answer, page, tenant_thread, thread_page
+from tenancy.auditing import audit_by
 from tenancy.models import Tenant
 from tenancy.selectors import membership_list
 from tenancy.services import ws_ticket_issue
+from threads.api.base import turn_submitted_audit
 from threads.models import Thread, TurnSource
 from threads.runtime.bootstrap import variable_request_complete
 from threads.runtime.lifecycle import thread_open
-from threads.services.actions import action_respond
+from threads.services.actions import ActionResolved, action_respond
 from threads.services.control import thread_stop, turn_cancel
 from threads.services.env import EnvInput
 from threads.services.inbox import message_queue
@@ -161,7 +165,8 @@ def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
 @console_view(write=True)
 def message_send(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """Submit a message as a turn (``POST …/turns``), with its ``multitask_strategy``."""
-    thread = tenant_thread(console_of(request).principal.tenant, thread_id)
+    principal = console_of(request).principal
+    thread = tenant_thread(principal.tenant, thread_id)
     form = MessageForm(request.POST)
 
     def send() -> dict[str, Any]:
@@ -169,10 +174,12 @@ def message_send(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
             field, problems = next(iter(form.errors.items()))
             raise ValidationFailed(str(problems[0]), field=field)
         work_admit(thread=thread)  # the budgets and quotas of the API's submissions
-        turn = message_queue(
-            thread=thread, role="user", content=form.cleaned_data["content"],
-            source=TurnSource.SUBMIT, strategy=form.cleaned_data["multitask_strategy"],
-        )  # fmt: skip
+        with transaction.atomic():
+            turn = message_queue(
+                thread=thread, role="user", content=form.cleaned_data["content"],
+                source=TurnSource.SUBMIT, strategy=form.cleaned_data["multitask_strategy"],
+            )  # fmt: skip
+            turn_submitted_audit(principal, turn, None)
         return {"turn_id": str(turn.pk)}
 
     return answer(request, reverse("console:thread", args=[thread.pk]), send)
@@ -228,7 +235,21 @@ def action_respond_view(
         for name in ("data", "arguments"):  # an answer, or an approval's edited arguments
             if name in request.POST:
                 body[name] = json_parse(request.POST[name], field=name)
-        action = action_respond(thread=thread, action_id=action_id, body=body, responder=responder)
+        late: ActionResolved | None = None
+        with transaction.atomic():
+            try:
+                action = action_respond(
+                    thread=thread, action_id=action_id, body=body, responder=responder
+                )
+            except ActionResolved as refused:  # an expiry it committed must stay committed
+                late = refused
+            else:
+                audit_by(
+                    console.principal, AuditAction.ACTION_ANSWERED, "action", action.pk,
+                    {"thread_id": str(action.thread_id), "decision": body["decision"]},
+                )  # fmt: skip
+        if late is not None:
+            raise late
         return {"action_id": str(action.pk), "status": action.status}
 
     return answer(request, reverse("console:thread", args=[thread.pk]), respond)

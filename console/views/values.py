@@ -17,16 +17,19 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from common.audit import AuditAction
 from common.errors import DomainError, NotFound, ValidationFailed
 from common.parsing import json_parse
 from common.time import from_us
 from console.scope import console_of, console_view
 from console.views.common import THREAD, answer, refuse_at_field, tenant_thread, thread_page
+from tenancy.auditing import audit_by
 from threads.models import Thread, ThreadValue
 from threads.services.env import (
     EnvEntry,
@@ -205,15 +208,21 @@ def env_page(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
 @console_view(write=True)
 def env_set(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """Set a thread variable (``PUT …/env/<name>``); a blank type keeps the existing one."""
-    thread = tenant_thread(console_of(request).principal.tenant, thread_id)
+    principal = console_of(request).principal
+    thread = tenant_thread(principal.tenant, thread_id)
     form = EnvForm(request.POST)
     if not form.is_valid():
         return _env_page(request, thread, form, status=400)
     data = form.cleaned_data
     try:
-        entry = thread_env_set(
-            thread=thread, name=data["name"], value=data["value"], type=data["type"] or None
-        )
+        with transaction.atomic():  # the entry names the variable, never its value
+            entry = thread_env_set(
+                thread=thread, name=data["name"], value=data["value"], type=data["type"] or None
+            )
+            audit_by(
+                principal, AuditAction.ENV_SET, "thread_env", entry.name,
+                {"thread_id": str(thread.pk), "type": entry.type},
+            )  # fmt: skip
     except DomainError as error:
         refuse_at_field(form, error, {})
         return _env_page(request, thread, form, status=error.status)
@@ -225,12 +234,18 @@ def env_set(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
 @console_view(write=True)
 def env_delete(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """Delete a thread variable (``DELETE …/env/<name>``)."""
-    thread = tenant_thread(console_of(request).principal.tenant, thread_id)
+    principal = console_of(request).principal
+    thread = tenant_thread(principal.tenant, thread_id)
     name = request.POST.get("name", "")
 
     def delete() -> dict[str, Any]:
-        if not thread_env_delete(thread=thread, name=name):
-            raise NotFound(f"no environment variable {name} on this thread")
+        with transaction.atomic():
+            if not thread_env_delete(thread=thread, name=name):
+                raise NotFound(f"no environment variable {name} on this thread")
+            audit_by(
+                principal, AuditAction.ENV_DELETED, "thread_env", name,
+                {"thread_id": str(thread.pk)},
+            )  # fmt: skip
         messages.success(request, f"Deleted {name}.")
         return {"name": name}
 

@@ -14,6 +14,8 @@ from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIHandler
 from django.urls import get_resolver
 
+from observability.logs import process_role_set
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251
 django.setup(set_prefix=False)
 
@@ -67,6 +69,7 @@ class PooledASGIHandler(ASGIHandler):
                 executor.shutdown(wait=False)
 
 
+process_role_set("web")
 django_asgi_app = PooledASGIHandler()
 # Every route's views are imported now, as the process starts, not by its first request
 # (which would wait seconds for them: the console's pages import the model providers' SDKs).

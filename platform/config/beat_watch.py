@@ -13,6 +13,20 @@ liveness probe for any other supervisor (exit 0 while fresh, 1 when stale or mis
 The key is per broker queue (``platform:beat:<CELERY_QUEUE>:heartbeat``), so deployments that
 share one Redis under their own queue names watch their own beat. Ages compare wall clocks
 of the writing and the reading host, which NTP keeps far closer than :data:`STALE_AFTER_S`.
+
+**Two beats.** Any number of beat processes may run; one leads. The leader holds a lease in
+Redis (``platform:beat:<queue>:leader``: ``SET NX`` with ``BEAT_LEADER_LEASE_S``), renewed by
+its scheduling loop every third of the lease (a compare-and-extend, so only the holder
+extends it); only the leader sends the duties and writes the heartbeat above. A standby's loop
+tries to take the lease every third of it and sends nothing while another holds it; it
+records itself in ``platform:beat:<queue>:standbys`` (a sorted set by time) so ``/readyz``
+counts it. A leader that stops cleanly deletes its lease, and a standby leads within a third
+of the lease; one killed or hung loses it when the lease lapses. A hung leader that wakes up
+finds its lease taken at its next turn, before it sends anything, and stands by.
+
+**Idle duties.** Each duty says after its run until when it has nothing to do
+(:mod:`common.duties`); the leader skips sending it until then, or until ``BEAT_IDLE_MAX_S``
+since it last sent it (``THREAD_SWEEP_GRACE_S`` for the thread sweep), whichever is first.
 """
 
 from __future__ import annotations
@@ -21,19 +35,22 @@ import argparse
 import collections
 import json
 import logging
+import math
 import os
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 from celery.beat import PersistentScheduler
+from celery.schedules import schedstate
 from celery.schedules import schedule as every
 from django.conf import settings
 
+from common.duties import duties_idle
 from config import env
 
 logger = logging.getLogger(__name__)
@@ -49,6 +66,25 @@ SUMMARY_EVERY_S = 60.0
 # Beyond this a key whose deployment is gone is dropped; far beyond any staleness.
 KEY_TTL_S = 86_400
 REDIS_TIMEOUT_S = 1.0
+# The thread sweep: a hint closes it at most THREAD_SWEEP_GRACE_S (crash recovery must not
+# wait on it), and beat asks again every sweep interval whether a wake-up opened it.
+SWEEP_THREADS_TASK = "threads.sweep_threads"
+# How often beat looks again at an idle duty's hint (its interval, when longer), by task.
+IDLE_POLL_S = {SWEEP_THREADS_TASK: 2.0, "": 5.0}
+
+# Renews the lease only for its holder: 1 when extended, 0 when another holds it (or none).
+_RENEW_LUA = """
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+    return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE_LUA = """
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+    return redis.call("DEL", KEYS[1])
+end
+return 0
+"""
 
 
 @dataclass(frozen=True)
@@ -65,6 +101,32 @@ class Heartbeat:
 
 def heartbeat_key(queue: str) -> str:
     return f"platform:beat:{queue}:heartbeat"
+
+
+def leader_key(queue: str) -> str:
+    return f"platform:beat:{queue}:leader"
+
+
+def standbys_key(queue: str) -> str:
+    return f"platform:beat:{queue}:standbys"
+
+
+def leader_read(client: redis.Redis, *, queue: str) -> dict[str, Any] | None:
+    """Who holds the lease (``{"pid", "host", "token"}``), or None. Raises
+    ``redis.RedisError``."""
+    raw = cast(bytes | None, client.get(leader_key(queue)))
+    try:
+        value = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def standbys_read(client: redis.Redis, *, queue: str, stale_after_s: float = STALE_AFTER_S) -> int:
+    """How many standby beats turned their loop within ``stale_after_s``. Raises
+    ``redis.RedisError``."""
+    found = client.zcount(standbys_key(queue), time.time() - stale_after_s, "+inf")
+    return int(cast(int, found))
 
 
 def redis_client(url: str) -> redis.Redis:
@@ -108,9 +170,11 @@ def heartbeat_problem(
 
 
 class HeartbeatScheduler(PersistentScheduler):
-    """Celery's persistent scheduler that writes beat's heartbeat from its loop and logs its
-    lifecycle at INFO: the duties it runs when it starts, a summary of what it sent every
-    :data:`SUMMARY_EVERY_S`, and its stop. A heartbeat Redis refuses is logged once and
+    """Celery's persistent scheduler that leads or stands by (the module's "Two beats"),
+    skips the duties that said they have nothing to do ("Idle duties"), writes beat's
+    heartbeat from its loop while it leads, and logs its lifecycle at INFO: the duties it
+    runs when it starts, when it leads or stands by, a summary of what it sent (and skipped)
+    every :data:`SUMMARY_EVERY_S`, and its stop. A heartbeat Redis refuses is logged once and
     retried at the next interval; it never stops the schedule."""
 
     summary_every_s = SUMMARY_EVERY_S
@@ -118,11 +182,23 @@ class HeartbeatScheduler(PersistentScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._client: redis.Redis | None = None
         self._queue = ""
-        self._next_beat = 0.0
         self._beating = True
         self._sent: collections.Counter[str] = collections.Counter()
+        self._skipped: collections.Counter[str] = collections.Counter()
         self._summary_due = time.monotonic() + self.summary_every_s
         self._closed = False
+        # The lease's value: who holds it, and a nonce so a restarted pid is not taken for it.
+        self._token = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "nonce": os.urandom(4).hex()})  # fmt: skip
+        self._lease_s = float(settings.BEAT_LEADER_LEASE_S)
+        self._leading = False
+        self._led_at = 0.0  # monotonic: the last time the lease was known ours
+        self._next_lease = 0.0
+        self._idle: Mapping[str, float] = {}
+        self._idle_read_at = -1.0
+        self._last_sent: dict[str, float] = {}  # monotonic, by task name
+        self._said_standby = False
+        self._reached = False  # whether Redis ever answered the lease
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -137,26 +213,108 @@ class HeartbeatScheduler(PersistentScheduler):
             os.getpid(), duties, HEARTBEAT_EVERY_S, heartbeat_key(self._queue),
         )  # fmt: skip
 
+    def is_due(self, entry: Any) -> Any:
+        """Celery's answer, unless the duty said it has nothing to do yet and was sent within
+        its idle maximum: then not due, asked again when its hint runs out, or after
+        :data:`IDLE_POLL_S` (its interval, if longer; a writer may have opened it since),
+        whichever is first. Between those, beat's loop sleeps."""
+        idle_s = self._idle_for(entry)
+        if idle_s <= 0:
+            return super().is_due(entry)
+        self._skipped[entry.name] += 1
+        poll_s = max(_seconds(entry.schedule), IDLE_POLL_S.get(entry.task, IDLE_POLL_S[""]))
+        # Whole seconds, at least one: Celery places a retry from the current second
+        # (time.mktime), so a fraction would come due again at once.
+        return schedstate(False, max(1.0, math.ceil(min(idle_s, poll_s))))
+
     def apply_entry(self, entry: Any, producer: Any = None) -> None:
         super().apply_entry(entry, producer=producer)
+        self._last_sent[entry.task] = time.monotonic()
         self._sent[entry.name] += 1
 
-    def tick(self, *args: Any, **kwargs: Any) -> float:
-        """One turn of beat's loop (Celery's), then the heartbeat and summary when due; the
-        loop sleeps no longer than until the next heartbeat."""
-        wait = float(super().tick(*args, **kwargs))
+    def _idle_for(self, entry: Any) -> float:
+        """How much longer ``entry``'s duty has nothing to do (0: send it when due)."""
+        sent_at = self._last_sent.get(entry.task)
+        if sent_at is None:
+            return 0.0  # each duty runs once after beat starts leading
         moment = time.monotonic()
-        if moment >= self._next_beat:
-            self._next_beat = moment + HEARTBEAT_EVERY_S
-            self._heartbeat()
+        if moment - self._idle_read_at >= 1.0:  # one read serves the duties due together
+            self._idle_read_at = moment
+            try:
+                assert self._client is not None
+                self._idle = duties_idle(self._client, queue=self._queue)
+            except redis.RedisError:
+                self._idle = {}  # unreadable: send
+        idle_max = float(settings.BEAT_IDLE_MAX_S)
+        if entry.task == SWEEP_THREADS_TASK:
+            idle_max = min(idle_max, float(settings.THREAD_SWEEP_GRACE_S))
+        hinted = self._idle.get(entry.task, 0.0) - time.time()
+        return max(0.0, min(hinted, sent_at + idle_max - moment))
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """One turn of beat's loop: the lease and the heartbeat when due (one round trip);
+        Celery's turn (sending what is due) only while leading; the summary when due. The
+        loop sleeps no longer than until the next lease renewal."""
+        moment = time.monotonic()
+        if moment >= self._next_lease:
+            self._next_lease = moment + min(HEARTBEAT_EVERY_S, self._lease_s / 3)
+            self._lease()
+        wait = float(super().tick(*args, **kwargs)) if self._leading else self._lease_s / 3
         if moment >= self._summary_due:
             self._summary_due = moment + self.summary_every_s
             self._summary()
-        return max(0.0, min(wait, self._next_beat - time.monotonic()))
+        return max(0.0, min(wait, self._next_lease - time.monotonic()))
+
+    def _lease(self) -> None:
+        """Take or renew the leader's lease; say when leadership changes hands."""
+        assert self._client is not None  # setup_schedule ran
+        moment = time.monotonic()
+        lease_ms = int(self._lease_s * 1000)
+        key = leader_key(self._queue)
+        try:
+            ours = not self._leading and bool(
+                self._client.set(key, self._token, nx=True, px=lease_ms)
+            )
+            # Renewing: the holder (this loop), or this process after a Redis error.
+            ours = ours or bool(self._client.eval(_RENEW_LUA, 1, key, self._token, str(lease_ms)))
+            self._reached = True
+        except redis.RedisError:
+            # Unknown: a leader leads on while its lease may still hold, and a beat that never
+            # reached Redis leads (nothing tells it another does; the broker is that same
+            # Redis, so neither sends anything until it is back, when they settle it).
+            ours = (self._leading and moment - self._led_at < self._lease_s) or not self._reached
+        if ours:
+            self._led_at = moment
+            if not self._leading:
+                self._last_sent.clear()  # each duty runs once now
+                logger.info("beat: leading the duties (pid %s; lease %g s at %s)",
+                            os.getpid(), self._lease_s, leader_key(self._queue))  # fmt: skip
+        elif self._leading or not self._said_standby:
+            holder = self._holder()
+            logger.info("beat: standing by (pid %s): %s leads; taking over when its lease "
+                        "lapses", os.getpid(), holder)  # fmt: skip
+            self._said_standby = True
+        self._leading = ours
+        self._heartbeat()
+
+    def _holder(self) -> str:
+        assert self._client is not None
+        try:
+            holder = leader_read(self._client, queue=self._queue)
+        except redis.RedisError:
+            holder = None
+        return (
+            "another beat" if holder is None else f"pid {holder.get('pid')} on {holder.get('host')}"
+        )
 
     def _heartbeat(self) -> None:
         assert self._client is not None  # setup_schedule ran
         try:
+            if not self._leading:
+                self._client.zadd(standbys_key(self._queue), {self._token: time.time()})
+                self._client.zremrangebyscore(standbys_key(self._queue), 0, time.time() - KEY_TTL_S)
+                return
+            self._client.zrem(standbys_key(self._queue), self._token)
             heartbeat_write(self._client, queue=self._queue)
         except redis.RedisError as error:
             if self._beating:
@@ -171,15 +329,40 @@ class HeartbeatScheduler(PersistentScheduler):
         self._beating = True
 
     def _summary(self) -> None:
-        sent = ", ".join(f"{name} {self._sent[name]}" for name in sorted(self.schedule))
+        if not self._leading:
+            logger.info("beat: alive, standing by (%s leads)", self._holder())
+            return
+        sent = ", ".join(
+            f"{name} {self._sent[name]}" + (f" (idle, looked {self._skipped[name]} times)"
+                                            if self._skipped[name] else "")
+            for name in sorted(self.schedule)
+        )  # fmt: skip
         logger.info("beat: alive; sent in the last %g s: %s", self.summary_every_s, sent)
         self._sent.clear()
+        self._skipped.clear()
 
     def close(self) -> None:
         super().close()
         if not self._closed:  # Celery may close twice on the way out
             self._closed = True
+            self._step_down()
             logger.info("beat: stopped (pid %s)", os.getpid())
+
+    def _step_down(self) -> None:
+        """Hand the lease over at once (a standby leads at its next try), and leave the
+        standbys."""
+        if self._client is None:
+            return
+        try:
+            if self._leading:
+                self._client.eval(_RELEASE_LUA, 1, leader_key(self._queue), self._token)
+            self._client.zrem(standbys_key(self._queue), self._token)
+        except redis.RedisError:
+            pass  # the lease lapses by itself
+
+
+def _seconds(schedule: Any) -> float:
+    return float(schedule.seconds) if isinstance(schedule, every) else 0.0
 
 
 def _interval(schedule: Any) -> str:

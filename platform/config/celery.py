@@ -4,6 +4,7 @@ Run a worker with ``celery -A config worker --pool threads`` plus :data:`WORKER_
 and beat with ``celery -A config beat``.
 """
 
+import logging.config
 import os
 import warnings
 from typing import Any
@@ -13,7 +14,11 @@ import redis
 from celery import Celery, signals
 from celery.app.amqp import AMQP
 from celery.exceptions import CPendingDeprecationWarning
+from django.conf import settings
 from kombu.transport import redis as kombu_redis
+
+from config import env
+from observability.logs import process_role_set
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # noqa: TID251
 
@@ -100,3 +105,34 @@ def _quiet_connection_loss_notice(**_: Any) -> None:
         "ignore", message=r"\s*In Celery 5\.1 we introduced an optional breaking change",
         category=CPendingDeprecationWarning,
     )  # fmt: skip
+
+
+@signals.setup_logging.connect
+def _logging_from_settings(loglevel: int | str | None = None, **_: Any) -> None:
+    """Workers and beat log as the web does, through ``LOGGING`` (its format, its ids, its
+    filters), instead of the root handler Celery installs; ``--loglevel`` sets the root
+    level. With ``LOG_FORMAT=json`` every line they log is a JSON line."""
+    logging.config.dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+
+
+@signals.celeryd_init.connect
+def _worker_role(**_: Any) -> None:
+    """Also: the warnings a worker gives as it starts (running as root, say) are log lines,
+    as Django makes them later."""
+    process_role_set("worker")
+    logging.captureWarnings(True)
+
+
+@signals.beat_init.connect
+def _beat_role(**_: Any) -> None:
+    process_role_set("beat")
+
+
+@signals.celeryd_after_setup.connect
+def _no_banner_in_json_logs(instance: Any = None, **_: Any) -> None:
+    """A worker prints its banner (many lines of text) unless quiet: not with JSON logs, whose
+    every line is an object. (Beat's is off with ``--quiet``, which the launcher gives it.)"""
+    if instance is not None and env.log_format() == "json":
+        instance.quiet = True

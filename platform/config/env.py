@@ -137,6 +137,51 @@ def log_level() -> str:
     return (_get("LOG_LEVEL") or "INFO").upper()
 
 
+def log_format() -> Literal["text", "json"]:
+    """How log lines are written (``LOG_FORMAT``): ``text`` (the development default) or
+    ``json``, one object a line with the ids of the work (the production default)."""
+    raw = (_get("LOG_FORMAT") or ("json" if is_production() else "text")).lower()
+    if raw not in ("text", "json"):
+        raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {raw!r}")
+    return raw  # type: ignore[return-value]
+
+
+def tracing() -> dict[str, Any]:
+    """OpenTelemetry tracing (observability.tracing), from the standard ``OTEL_*`` variables:
+    ``exporter`` is ``otlp`` (OTLP/HTTP to ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, which the exporter reads with the ``OTEL_EXPORTER_OTLP_*``
+    headers and timeout), ``console`` (spans printed) or None (off: no provider, no spans) when
+    ``OTEL_TRACES_EXPORTER`` is ``none``, ``OTEL_SDK_DISABLED`` is true, or neither it nor an
+    endpoint is set. ``capture_content``: prompts, completions and tool arguments and results
+    go on the spans (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, off by default)."""
+    endpoint = _get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or _get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    named = (_get("OTEL_TRACES_EXPORTER") or ("otlp" if endpoint else "none")).lower()
+    if named not in ("otlp", "console", "none"):
+        raise ImproperlyConfigured(
+            f"OTEL_TRACES_EXPORTER must be otlp, console or none, got {named!r}"
+        )
+    off = _bool("OTEL_SDK_DISABLED", False) or named == "none"
+    return {
+        "exporter": None if off else named,
+        "service_name": _get("OTEL_SERVICE_NAME") or "standard-agents-platform",
+        "capture_content": _bool("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", False),
+    }
+
+
+def metrics_settings() -> dict[str, Any]:
+    """Prometheus metrics (observability.metrics): ``token`` is the bearer token ``/metrics``
+    asks for (``METRICS_TOKEN``; unset, the route answers 404: never public by default);
+    ``tenant_label`` adds a ``tenant`` label to the engine's families
+    (``METRICS_TENANT_LABEL``, off: one series per tenant is the operator's choice);
+    ``multiproc_dir`` is prometheus-client's shared directory (``PROMETHEUS_MULTIPROC_DIR``,
+    which the library also reads itself), None in a single process."""
+    return {
+        "token": _get("METRICS_TOKEN") or "",
+        "tenant_label": _bool("METRICS_TENANT_LABEL", False),
+        "multiproc_dir": _get("PROMETHEUS_MULTIPROC_DIR"),
+    }
+
+
 def web_bind() -> tuple[str, int]:
     """Host and port ``make run`` serves on."""
     port = _get("PORT") or "8000"
@@ -207,6 +252,25 @@ def thread_lock_ttl_ms() -> int:
 def thread_sweep_interval_s() -> int:
     """How often beat re-wakes threads with work but no live worker."""
     return _positive("THREAD_SWEEP_INTERVAL_S", 2)
+
+
+def beat_leader_lease_s() -> float:
+    """Seconds a beat's leadership of the periodic duties lasts unless its scheduling loop
+    renews it (every third of it); a standby beat takes over this long after the leader
+    stops (config.beat_watch)."""
+    return _positive_float("BEAT_LEADER_LEASE_S", 10.0)
+
+
+def beat_idle_max_s() -> float:
+    """Seconds beat leaves a duty that said it has nothing to do unsent, at most
+    (common.duties); the thread sweep's is at most ``THREAD_SWEEP_GRACE_S``."""
+    return _positive_float("BEAT_IDLE_MAX_S", 60.0)
+
+
+def worker_heartbeat_ttl_s() -> float:
+    """Seconds a worker's heartbeat key lives; the worker rewrites it every third of that,
+    and ``/readyz`` counts the worker gone once it lapses (observability.workers)."""
+    return _positive_float("WORKER_HEARTBEAT_TTL_S", 15.0)
 
 
 def thread_sweep_grace_s() -> int:
@@ -417,6 +481,11 @@ def usage_quota_settings() -> dict[str, int]:
         "USAGE_TOKENS_PER_MINUTE": _count("USAGE_TOKENS_PER_MINUTE", 0),
         "USAGE_TOKENS_PER_DAY": _count("USAGE_TOKENS_PER_DAY", 0),
     }
+
+
+def retention_audit_days() -> int:
+    """Days the audit trail keeps its entries (audit.prune), for every tenant; 0: forever."""
+    return _count("RETENTION_AUDIT_DAYS", 365)
 
 
 def retention_settings() -> dict[str, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,8 @@ CHECK_EVERY_S = 0.2
 # each exit in a row that came sooner (the last repeats).
 RESTART_BACKOFF_S = (0.5, 2.0, 5.0, 10.0, 30.0)
 STABLE_AFTER_S = 15.0
+# uvicorn's logging with LOG_FORMAT=json (the formatter and ids filter of LOGGING).
+UVICORN_JSON_LOGS = Path(__file__).with_name("uvicorn_logging.json")
 
 
 class LaunchError(RuntimeError):
@@ -81,8 +84,11 @@ def _check_port_free(host: str, port: int) -> None:
 def web_options() -> list[str]:
     """uvicorn's options for the platform (after the bind), wherever it is started."""
     deflate = "true" if env.ws_compression() else "false"
+    # JSON logs: uvicorn's own lines too, from the process that starts the web workers on
+    # (each worker's Django setup then routes them through LOGGING).
+    logs = ["--log-config", str(UVICORN_JSON_LOGS)] if env.log_format() == "json" else []
     return ["--workers", str(env.web_processes()), "--lifespan", "off",
-            "--ws-per-message-deflate", deflate]  # fmt: skip
+            "--ws-per-message-deflate", deflate, *logs]  # fmt: skip
 
 
 def process_commands(
@@ -100,7 +106,9 @@ def process_commands(
                 "--port", str(port), *web_options()],
         **{f"worker-{n}": [*worker, "--hostname", f"worker-{n}@%h"]
            for n in range(1, workers + 1)},
-        "beat": [python, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
+        # JSON logs: beat's banner (text, printed before its logging starts) is off.
+        "beat": [python, "-m", "celery", "-A", "config",
+                 *(["--quiet"] if env.log_format() == "json" else []), "beat", "--loglevel", "INFO",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip
 
@@ -125,13 +133,27 @@ def run_environment(overrides: Mapping[str, str], *, var_dir: Path | None = None
     )  # fmt: skip
 
 
+def metrics_directory() -> Path:
+    """The directory where this run's web, workers and beat keep their Prometheus samples
+    (``PROMETHEUS_MULTIPROC_DIR``, by default ``var/metrics``), emptied: samples a previous
+    run's processes left would otherwise be counted again (observability.metrics)."""
+    directory = Path(env.metrics_settings()["multiproc_dir"] or env.var_dir() / "metrics")
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return directory
+
+
 @contextlib.contextmanager
-def background_server(overrides: Mapping[str, str] | None = None) -> Iterator[tuple[int, int]]:
+def background_server(
+    overrides: Mapping[str, str] | None = None, *, log_path: Path | None = None
+) -> Iterator[tuple[int, int]]:
     """A quiet uvicorn serving the platform on a free loopback port, for benchmarks and
-    tests: yields ``(port, pid)`` once the port accepts connections, stops it after."""
+    tests: yields ``(port, pid)`` once the port accepts connections, stops it after. Its
+    output goes to ``log_path`` when given (else this process's)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
+    output = log_path.open("ab") if log_path is not None else None
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
          "--port", str(port), *web_options(), "--no-access-log", "--log-level", "warning"],
@@ -139,7 +161,10 @@ def background_server(overrides: Mapping[str, str] | None = None) -> Iterator[tu
         env=env.child_environment(
             {"DJANGO_SETTINGS_MODULE": "config.settings", **(overrides or {})}
         ),
+        stdout=output, stderr=subprocess.STDOUT if output else None,
     )  # fmt: skip
+    if output is not None:
+        output.close()  # the server holds its own copy
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -436,7 +461,8 @@ def main() -> int:
     services = devservices.up()
     supervisor: Supervisor | None = None
     try:
-        environment = run_environment(services.environment())
+        metrics = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_directory())}
+        environment = run_environment({**services.environment(), **metrics})
         _manage(["migrate", "--noinput"], environment)
         credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
         credentials["agents"] = _manage(["seed_demo_agents"], environment, capture=True).strip()

@@ -66,6 +66,10 @@ BASE_DIR = env.REPO_DIR
 VAR_DIR = env.var_dir()
 PLATFORM_MODE = env.mode()
 PLATFORM_RUNTIME_ID = env.runtime_id()
+# OpenTelemetry traces (observability.tracing; env.tracing says what each is).
+TRACING = env.tracing()
+# Prometheus metrics (observability.metrics; env.metrics_settings says what each is).
+METRICS = env.metrics_settings()
 
 SECRET_KEY = env.secret_key()
 DEBUG = env.debug()
@@ -111,6 +115,7 @@ INSTALLED_APPS = [
     "retention",
     "compaction",
     "replay",
+    "audit",
     "observability",
     "console",
     "sandbox",
@@ -120,6 +125,13 @@ if not env.is_production():
     INSTALLED_APPS.append("agents.demo")
 
 MIDDLEWARE = [
+    # First, so its server span covers the whole request (observability.propagation); not in
+    # the chain when tracing is off.
+    "observability.propagation.traced_requests",
+    # Outermost, so it times the whole answer: HTTP metrics by route template (on the loop).
+    "observability.metrics_http.http_metrics",
+    # Before all: each request's id (X-Request-ID) is on every line it logs and on its answer.
+    "observability.logs.RequestIds",
     # First, so every /api/ answer carries the CORS headers (it reads only Origin and the
     # path, and runs on the event loop).
     "corsheaders.middleware.CorsMiddleware",
@@ -146,9 +158,9 @@ MIDDLEWARE = [
 # request and response headers allowed and exposed); none by default.
 CORS_ALLOWED_ORIGINS = env.cors_allowed_origins()
 CORS_URLS_REGEX = r"^/api/.*$"
-CORS_ALLOW_HEADERS = (*default_cors_headers, "idempotency-key")
-CORS_EXPOSE_HEADERS = ["Idempotent-Replayed", "Retry-After", "Content-Disposition",
-                       "Content-Range", "Accept-Ranges"]  # fmt: skip
+CORS_ALLOW_HEADERS = (*default_cors_headers, "idempotency-key", "x-request-id")
+CORS_EXPOSE_HEADERS = ["X-Request-ID", "Idempotent-Replayed", "Retry-After",
+                       "Content-Disposition", "Content-Range", "Accept-Ranges"]  # fmt: skip
 
 # Django's checks that look for its middleware by path (ours subclass it); common.checks
 # runs them, and those that depend on that middleware, against what ours stand for.
@@ -246,6 +258,12 @@ WEBHOOK_RETRY_MAX_S: int = _webhooks["WEBHOOK_RETRY_MAX_S"]
 WEBHOOK_DISABLE_AFTER: int = _webhooks["WEBHOOK_DISABLE_AFTER"]
 WEBHOOK_SECRET_OVERLAP_S: int = _webhooks["WEBHOOK_SECRET_OVERLAP_S"]
 WEBHOOK_CACHE_S: float = _webhooks["WEBHOOK_CACHE_S"]
+# Watched processes (docs/operations.md): beat's leader lease (a standby takes over once it
+# lapses), how long a duty with nothing to do goes unsent at most (common.duties), and the
+# life of a worker's heartbeat key (observability.workers).
+BEAT_LEADER_LEASE_S = env.beat_leader_lease_s()
+BEAT_IDLE_MAX_S = env.beat_idle_max_s()
+WORKER_HEARTBEAT_TTL_S = env.worker_heartbeat_ttl_s()
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-threads": {"task": "threads.sweep_threads", "schedule": THREAD_SWEEP_INTERVAL_S},
     "expire-actions": {"task": "threads.expire_actions", "schedule": ACTION_SWEEP_INTERVAL_S},
@@ -270,6 +288,12 @@ RETENTION_BATCH_ROWS = 1000
 RETENTION_MAX_BATCHES = 100
 CELERY_BEAT_SCHEDULE["retention-prune"] = {
     "task": "retention.prune", "schedule": float(RETENTION_PRUNE_INTERVAL_S),
+}  # fmt: skip
+# The audit trail (audit.prune, docs/audit.md) keeps entries this many days (0: forever),
+# for every tenant, pruned in the same batches on the retention task's interval.
+RETENTION_AUDIT_DAYS = env.retention_audit_days()
+CELERY_BEAT_SCHEDULE["audit-prune"] = {
+    "task": "audit.prune", "schedule": float(RETENTION_PRUNE_INTERVAL_S),
 }  # fmt: skip
 # Flows one tenant may run at once across every worker (threads.runtime.driver: counted
 # thread locks); the rest of its threads wait, queued, and are woken as its flows end.
@@ -377,6 +401,8 @@ SPECTACULAR_SETTINGS = {
         "CredentialProviderEnum": "agents.models.CredentialProvider.choices",
         "ModelProviderEnum": "agents.models.ProviderKind.values",  # the documents use its values
         "ActionDecisionEnum": "threads.services.actions.ANSWERS",
+        "AuditActionEnum": "audit.api.ACTIONS",
+        "ActionEnum": "threads.models.ScheduleAction.choices",  # a schedule's, named as before
         "RunStatusEnum": "threads.models.RunStatus.choices",
         "TurnKindEnum": "threads.models.TurnKind.choices",
         "TurnStrategyEnum": "threads.models.TurnStrategy.choices",
@@ -442,17 +468,38 @@ if env.is_production():
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # LOG_FORMAT=json: one JSON object a line with the ids of the work (observability.logs).
+        "json": {"()": "observability.logs.JsonFormatter"},
+    },
     # Beat's sweeps (every second or two) log at DEBUG, and a Redis outage says so once per
     # kind of line, at WARNING: config.logs.
     "filters": {
         "periodic": {"()": "config.logs.PeriodicTasksAtDebug"},
         "redis_outage": {"()": "config.logs.RedisOutageOnce"},
+        "ids": {"()": "observability.logs.LogIds"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if env.log_format() == "json" else "plain",
+            "filters": ["ids"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.log_level()},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
+        # Django's default handler (DEBUG only) wrote each of its lines a second time, bare;
+        # its mail handler has no ADMINS to write to. Its lines go to the root's handler.
+        "django": {"handlers": [], "level": "INFO"},
+        # uvicorn and runserver give their loggers handlers of their own: JSON lines go
+        # through ours (their level stays uvicorn's --log-level).
+        **{
+            name: {"handlers": ["console"], "propagate": False}
+            for name in ("uvicorn", "uvicorn.access", "django.server")
+            if env.log_format() == "json"
+        },
         **{
             name: {"filters": ["periodic"]}
             for name in ("celery.worker.strategy", "celery.app.trace")

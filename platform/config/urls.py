@@ -4,7 +4,8 @@ from django.urls import include, path, re_path
 from django.views.generic import TemplateView
 
 from common.api import DocsView, SchemaView, json_bad_request, json_not_found, json_server_error
-from config.health import healthz, readyz
+from config.health import admin_health, console_health, healthz, readyz
+from observability.metrics import metrics_view
 
 urlpatterns = [
     path(
@@ -16,7 +17,12 @@ urlpatterns = [
     ),
     re_path(r"^healthz/?$", healthz, name="healthz"),
     re_path(r"^readyz/?$", readyz, name="readyz"),
+    # Prometheus (observability.metrics): 404 unless METRICS_TOKEN is set, then its bearer token.
+    re_path(r"^metrics/?$", metrics_view, name="metrics"),
+    # The report of /readyz as pages (config.health): before the admin's and console's own.
+    path("admin/health/", admin_health, name="admin-health"),
     path("admin/", admin.site.urls),
+    path("console/health/", console_health, name="console-health"),
     path("console/", include("console.urls")),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),
@@ -27,6 +33,7 @@ urlpatterns = [
     path("api/v1/", include("retention.urls")),
     path("api/v1/", include("compaction.urls")),
     path("api/v1/", include("replay.urls")),
+    path("api/v1/", include("audit.urls")),
     # Unknown API URLs answer JSON even with DEBUG on.
     re_path(r"^api/", json_not_found),
 ]

@@ -21,13 +21,15 @@ from typing import Any, ClassVar, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import models
+from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from common.audit import AuditAction, audit_record
 from common.errors import ValidationFailed
 from common.time import from_us
 from tenancy import lockouts_admin  # noqa: F401 - registers the failed logins (superusers only)
+from tenancy.auditing import user_actor
 from tenancy.encryption import new_wrapped_data_key
 from tenancy.models import ApiKey, Membership, Role, Tenant
 from tenancy.services import api_key_create, api_key_issue, api_key_revoke
@@ -351,6 +353,29 @@ class MembershipAdmin(TenantScopedAdmin[Membership]):
     def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> Any:
         return ["tenant", "user"] if obj is not None else []
 
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        action = AuditAction.MEMBERSHIP_CHANGED if change else AuditAction.MEMBERSHIP_CREATED
+        _membership_audit(request, obj, action)
+
+    def delete_model(self, request: HttpRequest, obj: Membership) -> None:
+        _membership_audit(request, obj, AuditAction.MEMBERSHIP_DELETED)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:
+        for membership in queryset.select_related("tenant", "user"):
+            _membership_audit(request, membership, AuditAction.MEMBERSHIP_DELETED)
+        super().delete_queryset(request, queryset)
+
+
+def _membership_audit(request: HttpRequest, membership: Membership, action: AuditAction) -> None:
+    """A membership change made in the admin (inside the admin's transaction)."""
+    details = {"user": membership.user.get_username(), "role": membership.role}
+    audit_record(
+        tenant=membership.tenant, actor=user_actor(request.user), action=action,  # type: ignore[arg-type]
+        target_type="membership", target_id=membership.pk, details=details,
+    )  # fmt: skip
+
 
 class ApiKeyForm(forms.ModelForm[ApiKey]):
     """Checks a new key as the service does (``api_key_issue``), so a blank name or a past
@@ -410,6 +435,11 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
             tenant=obj.tenant, name=obj.name, role=Role(obj.role), expires_at=obj.expires_at,
             created_by=request.user if request.user.is_authenticated else None,
         )  # fmt: skip
+        audit_record(
+            tenant=obj.tenant, actor=user_actor(request.user),  # type: ignore[arg-type]
+            action=AuditAction.API_KEY_CREATED, target_type="api_key",
+            target_id=issued.api_key.id, details={"name": obj.name, "role": obj.role},
+        )  # fmt: skip
         for field in ApiKey._meta.concrete_fields:
             setattr(obj, field.attname, getattr(issued.api_key, field.attname))
         obj._state.adding = False
@@ -424,6 +454,12 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
         revoked = 0
         for api_key in queryset.select_related("tenant"):
             if self.has_change_permission(request, api_key):
-                api_key_revoke(tenant=api_key.tenant, api_key_id=api_key.id)
+                with transaction.atomic():
+                    api_key_revoke(tenant=api_key.tenant, api_key_id=api_key.id)
+                    audit_record(
+                        tenant=api_key.tenant, actor=user_actor(request.user),  # type: ignore[arg-type]
+                        action=AuditAction.API_KEY_REVOKED, target_type="api_key",
+                        target_id=api_key.id, details={"name": api_key.name},
+                    )  # fmt: skip
                 revoked += 1
         self.message_user(request, f"Revoked {revoked} key(s).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
@@ -13,9 +14,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.audit import AuditAction
 from common.inputs import StrictInput
 from common.schema import US_SINCE_EPOCH
 from common.time import from_us, to_us
+from tenancy.auditing import audit_by
 from tenancy.models import ApiKey, Role
 from tenancy.services import api_key_create, api_key_revoke, ws_ticket_issue
 from tenancy.viewsets import TenantScopedViewSet, request_principal
@@ -187,13 +190,18 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
         payload = ApiKeyCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
         principal = self.principal
-        issued = api_key_create(
-            tenant=principal.tenant,
-            name=payload.validated_data["name"],
-            role=Role(payload.validated_data["role"]),
-            expires_at=payload.validated_data.get("expires_at"),
-            created_by=principal.user,
-        )
+        with transaction.atomic():
+            issued = api_key_create(
+                tenant=principal.tenant,
+                name=payload.validated_data["name"],
+                role=Role(payload.validated_data["role"]),
+                expires_at=payload.validated_data.get("expires_at"),
+                created_by=principal.user,
+            )
+            audit_by(
+                principal, AuditAction.API_KEY_CREATED, "api_key", issued.api_key.id,
+                {"name": issued.api_key.name, "role": issued.api_key.role},
+            )  # fmt: skip
         body = ApiKeySerializer(issued.api_key).data | {"key": issued.secret}
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -205,5 +213,10 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: Any = None) -> Response:
         api_key = self.get_object()
-        revoked = api_key_revoke(tenant=self.principal.tenant, api_key_id=api_key.id)
+        with transaction.atomic():
+            revoked = api_key_revoke(tenant=self.principal.tenant, api_key_id=api_key.id)
+            audit_by(
+                self.principal, AuditAction.API_KEY_REVOKED, "api_key", revoked.id,
+                {"name": revoked.name},
+            )  # fmt: skip
         return Response(ApiKeySerializer(revoked).data)

@@ -32,11 +32,14 @@ PACKAGE = "generated_platform_client"
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")
 GENERATE_TIMEOUT_S = 120.0
 # Offline and quick: no project metadata around the package, no formatter run after it.
-# A file answers in its own media type, which the schema says as `*/*`: the generated
-# client takes it as bytes.
+# A file answers in its own media type, which the schema says as `*/*`, and an export in
+# JSON lines (`application/x-ndjson`): the generated client takes both as bytes.
 GENERATOR_CONFIG: dict[str, Any] = {
     "post_hooks": [],
-    "content_type_overrides": {"*/*": "application/octet-stream"},
+    "content_type_overrides": {
+        "*/*": "application/octet-stream",
+        "application/x-ndjson": "application/octet-stream",
+    },
 }
 # Warnings that leave nothing a client needs out: the operation is generated with its other
 # body. Each is (the warning's headline, its detail).

@@ -12,19 +12,22 @@ from pytest_django.fixtures import Settings
 
 from config.beat_watch import STALE_AFTER_S, heartbeat_key, heartbeat_write, redis_client
 from config.health import CHECK_TIMEOUT_S
+from observability.workers import info_key, worker_beat, workers_key
 from tests.support import closed_port, postgres_unreachable
 from tests.worker import private_queue
 
 
 @pytest.fixture(autouse=True)
 def beat(settings: Settings) -> Iterator[str]:
-    """A queue of the test's own, whose beat has just written its heartbeat."""
+    """A queue of the test's own, whose beat and one worker have just written their
+    heartbeats."""
     queue = private_queue()
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     client = redis_client(settings.REDIS_URL)
     heartbeat_write(client, queue=queue)
+    worker_beat(client, queue=queue, name="worker@test", details={"pid": 1})
     yield queue
-    client.delete(heartbeat_key(queue))
+    client.delete(heartbeat_key(queue), workers_key(queue), info_key(queue))
 
 
 @pytest.mark.django_db
@@ -36,7 +39,7 @@ def test_readyz_is_ok_when_postgres_and_redis_answer_and_beat_beats(client: Clie
     body = response.json()
     assert body["status"] == "ok"
     assert "message" not in body
-    assert set(body["checks"]) == {"postgres", "redis", "beat"}
+    assert set(body["checks"]) == {"postgres", "redis", "web", "workers", "beat", "queue"}
     for check in body["checks"].values():
         assert check["ok"] is True
         assert "error" not in check
@@ -92,7 +95,7 @@ def test_readyz_is_unavailable_naming_redis_when_redis_is_down(
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unavailable"
-    assert body["message"] == "unavailable: redis; degraded: beat"
+    assert body["message"] == "unavailable: redis; degraded: workers, beat, queue"
     assert body["checks"]["postgres"]["ok"] is True
     assert body["checks"]["redis"]["ok"] is False
     assert body["checks"]["redis"]["error"].startswith("ConnectionError: ")
@@ -124,7 +127,9 @@ def test_readyz_names_both_when_everything_is_down(client: Client, settings: Set
         response = client.get("/readyz")
 
     assert response.status_code == 503
-    assert response.json()["message"] == "unavailable: postgres, redis; degraded: beat"
+    assert response.json()["message"] == (
+        "unavailable: postgres, redis; degraded: workers, beat, queue"
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -411,6 +411,21 @@ def test_other_tenants_budgets_and_usage_never_appear(
     assert b"private" not in b"".join(exported.streaming_content)  # type: ignore[attr-defined]
 
 
+def test_other_tenants_audit_entries_never_appear(
+    tenant: Tenant, other_tenant: Tenant, client_for: Callable[..., APIClient]
+) -> None:
+    owner = client_for(tenant, Role.ADMIN)
+    created = owner.post("/api/v1/api-keys", {"name": "a-only"}, format="json").json()
+    intruder = client_for(other_tenant, Role.ADMIN)
+
+    listed = intruder.get("/api/v1/audit").json()
+    by_target = intruder.get("/api/v1/audit", {"target_id": created["id"]}).json()
+
+    assert owner.get("/api/v1/audit").json()["results"][0]["target_id"] == created["id"]
+    assert listed["results"] == []
+    assert by_target["results"] == []
+
+
 # WebSocket paths ------------------------------------------------------------------------------
 
 # Socket route name -> builds an object of the given tenant and returns the path to open.

@@ -5,20 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.audit import AuditAction
 from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.schema import error_responses, page_of
+from tenancy.auditing import audit_by
 from threads.api.base import ThreadScopedView
 from threads.api.run_outputs import ActionSerializer
 from threads.models import ActionStatus
 from threads.services.actions import (
     ANSWERS,
+    ActionResolved,
     action_get,
     action_json,
     action_respond,
@@ -105,10 +109,22 @@ class ActionView(ThreadScopedView):
         against the tool's parameters) an approval; ``answer`` (``data``, checked against
         the requested schema) or ``deny`` an input request. The turn then resumes on any
         worker. 409 when the action was answered, expired or cancelled already."""
-        answered = action_respond(
-            thread=self.thread(), action_id=action_id, body=request.data,
-            responder=_responder(self),
-        )  # fmt: skip
+        late: ActionResolved | None = None
+        with transaction.atomic():
+            try:
+                answered = action_respond(
+                    thread=self.thread(), action_id=action_id, body=request.data,
+                    responder=_responder(self),
+                )  # fmt: skip
+            except ActionResolved as refused:  # an expiry it committed must stay committed
+                late = refused
+            else:
+                audit_by(
+                    self.principal, AuditAction.ACTION_ANSWERED, "action", answered.pk,
+                    {"thread_id": str(answered.thread_id), "decision": request.data["decision"]},
+                )  # fmt: skip
+        if late is not None:
+            raise late
         return Response(action_json(answered))
 
 

@@ -11,7 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.audit import AuditAction
 from common.schema import error_response
+from tenancy.auditing import audit_by
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.viewsets import request_principal
@@ -108,3 +110,10 @@ def idempotent(
     if answer.replayed:
         response["Idempotent-Replayed"] = "true"
     return response
+
+
+def turn_submitted_audit(principal: Principal, turn: Turn, user: object) -> None:
+    """Who submitted ``turn`` (the key or the user calling) and the end user it names; call
+    it in the turn's transaction."""
+    details = {"thread_id": str(turn.thread_id), "user": user}
+    audit_by(principal, AuditAction.TURN_SUBMITTED, "turn", turn.pk, details)

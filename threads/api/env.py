@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django.db import transaction
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -16,11 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.audit import AuditAction
 from common.errors import NotFound, ValidationFailed
 from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.payloads import object_body
 from common.schema import page_of
+from tenancy.auditing import audit_by
 from tenancy.models import Role
 from tenancy.viewsets import request_principal
 from threads.api.base import ThreadScopedView
@@ -115,7 +118,13 @@ class ThreadEnvDetailView(ThreadScopedView):
     def put(self, request: Request, thread_id: str, name: str) -> Response:
         env_name_check(name)
         value, kind = _put_body(request.data)
-        entry = thread_env_set(thread=self.thread(), name=name, value=value, type=kind)
+        thread = self.thread()
+        with transaction.atomic():  # the entry names the variable, never its value
+            entry = thread_env_set(thread=thread, name=name, value=value, type=kind)
+            audit_by(
+                self.principal, AuditAction.ENV_SET, "thread_env", name,
+                {"thread_id": str(thread.pk), "type": entry.type},
+            )  # fmt: skip
         return Response(env_entry_json(entry))
 
     @extend_schema(
@@ -124,8 +133,14 @@ class ThreadEnvDetailView(ThreadScopedView):
         operation_id="thread_env_delete",
     )
     def delete(self, request: Request, thread_id: str, name: str) -> Response:
-        if not thread_env_delete(thread=self.thread(), name=name):
-            raise NotFound(f"no environment variable {name} on this thread")
+        thread = self.thread()
+        with transaction.atomic():
+            if not thread_env_delete(thread=thread, name=name):
+                raise NotFound(f"no environment variable {name} on this thread")
+            audit_by(
+                self.principal, AuditAction.ENV_DELETED, "thread_env", name,
+                {"thread_id": str(thread.pk)},
+            )  # fmt: skip
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -158,8 +173,10 @@ class TenantEnvDetailView(TenantEnvView):
     def put(self, request: Request, name: str) -> Response:
         env_name_check(name)
         value, kind = _put_body(request.data)
-        tenant = request_principal(request).tenant
-        entry = tenant_env_set(tenant=tenant, name=name, value=value, type=kind)
+        principal = request_principal(request)
+        with transaction.atomic():  # the entry names the variable, never its value
+            entry = tenant_env_set(tenant=principal.tenant, name=name, value=value, type=kind)
+            audit_by(principal, AuditAction.ENV_SET, "tenant_env", name, {"type": entry.type})
         return Response(env_entry_json(entry))
 
     @extend_schema(
@@ -169,8 +186,11 @@ class TenantEnvDetailView(TenantEnvView):
         responses={204: None},
     )
     def delete(self, request: Request, name: str) -> Response:
-        if not tenant_env_delete(tenant=request_principal(request).tenant, name=name):
-            raise NotFound(f"no tenant environment variable {name}")
+        principal = request_principal(request)
+        with transaction.atomic():
+            if not tenant_env_delete(tenant=principal.tenant, name=name):
+                raise NotFound(f"no tenant environment variable {name}")
+            audit_by(principal, AuditAction.ENV_DELETED, "tenant_env", name)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -114,6 +114,14 @@ class EventSerializer(serializers.Serializer[Any]):
     tool_call_id = serializers.CharField(allow_null=True)
     subagent_id = serializers.CharField(allow_null=True)
     action_id = serializers.CharField(allow_null=True, help_text="on an action's events")
+    trace_id = serializers.CharField(
+        allow_null=True,
+        help_text="the OpenTelemetry trace (W3C, 32 hex digits) the event was produced in;"
+        " null when it was produced outside a trace (tracing off)",
+    )
+    span_id = serializers.CharField(
+        allow_null=True, help_text="the span (16 hex digits) active where it was produced"
+    )
     payload = serializers.DictField(help_text="what happened; its fields depend on `type`")
     refs = serializers.DictField(
         allow_null=True, help_text="stable references to large or external facts"

@@ -9,17 +9,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.audit import AuditAction
 from common.errors import NotFound
 from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate
 from common.schema import error_response, microseconds, page_of
-from threads.api.base import IDEMPOTENCY_KEY, WORK_REFUSED, ThreadScopedView, idempotent
+from tenancy.auditing import audit_by
+from threads.api.base import (
+    IDEMPOTENCY_KEY,
+    WORK_REFUSED,
+    ThreadScopedView,
+    idempotent,
+    turn_submitted_audit,
+)
 from threads.api.run_outputs import (
     MessageSerializer,
     QueuedMessageSerializer,
@@ -216,11 +225,13 @@ class MessageListView(ThreadScopedView):
         def send() -> tuple[int, dict[str, Any]]:
             work_admit(thread=thread, user=data.get("user"))
             refs = attachments_store(thread=thread, items=data.get("attachments", []))
-            turn = message_queue(
-                thread=thread, role=data["role"], content=data.get("content"),
-                attachments=refs, silent=data["silent"], metadata=data.get("metadata"),
-                user=data.get("user"), strategy=TurnStrategy.JOIN,
-            )  # fmt: skip
+            with transaction.atomic():
+                turn = message_queue(
+                    thread=thread, role=data["role"], content=data.get("content"),
+                    attachments=refs, silent=data["silent"], metadata=data.get("metadata"),
+                    user=data.get("user"), strategy=TurnStrategy.JOIN,
+                )  # fmt: skip
+                turn_submitted_audit(self.principal, turn, data.get("user"))
             return status.HTTP_202_ACCEPTED, queued_json(turn)
 
         return idempotent(request, self.principal, send)
@@ -327,8 +338,11 @@ class TerminateView(ThreadScopedView):
     def post(self, request: Request, thread_id: str) -> Response:
         """Soft-terminate: in-flight work is aborted, queued work dropped, later sends are
         refused with 409. Idempotent."""
-        changed = thread_terminate(thread=self.thread())
         thread = self.thread()
+        with transaction.atomic():
+            changed = thread_terminate(thread=thread)
+            if changed:
+                audit_by(self.principal, AuditAction.THREAD_TERMINATED, "thread", thread.pk)
         thread.refresh_from_db(fields=["terminated_at"])
         return Response(
             {"status": "terminated", "terminated_at": thread.terminated_at, "changed": changed}

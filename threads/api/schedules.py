@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -14,9 +15,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.audit import AuditAction, changed_fields
 from common.errors import ValidationFailed
 from common.inputs import StrictInput
 from common.schema import US_SINCE_EPOCH, error_response
+from tenancy.auditing import audit_by
+from tenancy.principals import Principal
 from tenancy.viewsets import TenantScopedViewSet
 from threads.api.base import IDEMPOTENCY_KEY, idempotent
 from threads.models import Schedule, ScheduleAction
@@ -134,8 +138,11 @@ class ScheduleViewSet(TenantScopedViewSet):
         """A schedule; with an ``Idempotency-Key``, a repeat answers the first schedule."""
 
         def create() -> tuple[int, dict[str, Any]]:
-            row = schedule_save(tenant=self.principal.tenant, data=request.data)
-            return status.HTTP_201_CREATED, schedule_json(row)
+            with transaction.atomic():
+                row = schedule_save(tenant=self.principal.tenant, data=request.data)
+                body = schedule_json(row)
+                self._audit(AuditAction.SCHEDULE_CREATED, row.pk, {}, body)
+            return status.HTTP_201_CREATED, body
 
         return idempotent(request, self.principal, create)
 
@@ -154,16 +161,28 @@ class ScheduleViewSet(TenantScopedViewSet):
     def partial_update(self, request: Request, pk: str) -> Response:
         if not isinstance(request.data, Mapping):
             raise ValidationFailed("the body must be a JSON object")
-        row = schedule_save(
-            tenant=self.principal.tenant, data=request.data, current=self.get_object()
-        )
-        return Response(schedule_json(row))
+        current = self.get_object()
+        before = schedule_json(current)
+        with transaction.atomic():
+            row = schedule_save(tenant=self.principal.tenant, data=request.data, current=current)
+            body = schedule_json(row)
+            self._audit(AuditAction.SCHEDULE_UPDATED, row.pk, before, body)
+        return Response(body)
+
+    def _audit(
+        self, action: AuditAction, pk: object, before: Mapping[str, Any],
+        after: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        schedule_audit(self.principal, action, pk, before, after)
 
     @extend_schema(
         operation_id="schedules_destroy", summary="Delete a schedule", responses={204: None}
     )
     def destroy(self, request: Request, pk: str) -> Response:
-        schedule_delete(row=self.get_object())
+        row = self.get_object()
+        with transaction.atomic():
+            self._audit(AuditAction.SCHEDULE_DELETED, row.pk, schedule_json(row), {})
+            schedule_delete(row=row)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -172,7 +191,10 @@ class ScheduleViewSet(TenantScopedViewSet):
     )  # fmt: skip
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, pk: str) -> Response:
-        return Response(schedule_json(schedule_pause(row=self.get_object(), paused=True)))
+        with transaction.atomic():
+            row = schedule_pause(row=self.get_object(), paused=True)
+            audit_by(self.principal, AuditAction.SCHEDULE_PAUSED, "schedule", row.pk)
+        return Response(schedule_json(row))
 
     @extend_schema(
         operation_id="schedules_resume", summary="Resume a schedule",
@@ -182,7 +204,23 @@ class ScheduleViewSet(TenantScopedViewSet):
     )  # fmt: skip
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str) -> Response:
-        return Response(schedule_json(schedule_pause(row=self.get_object(), paused=False)))
+        with transaction.atomic():
+            row = schedule_pause(row=self.get_object(), paused=False)
+            audit_by(self.principal, AuditAction.SCHEDULE_RESUMED, "schedule", row.pk)
+        return Response(schedule_json(row))
+
+
+def schedule_audit(
+    principal: Principal, action: AuditAction, pk: object, before: Mapping[str, Any],
+    after: Mapping[str, Any],
+) -> None:  # fmt: skip
+    """A schedule write (the API's and the console's), with the changes of its fields from
+    ``before`` to ``after`` (its ``schedule_json``; empty for none), its timestamps left out;
+    call it in the change's transaction."""
+    changes = changed_fields(before, after)
+    for moving in ("updated_at", "next_run_at"):
+        changes.pop(moving, None)
+    audit_by(principal, action, "schedule", pk, {"changes": changes})
 
 
 def _uuid_check(value: str) -> None:

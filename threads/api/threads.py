@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.audit import AuditAction
 from common.inputs import StrictInput, StrictMapField
 from common.schema import error_responses, microseconds
+from tenancy.auditing import audit_by
 from tenancy.viewsets import TenantScopedViewSet
 from threads.api.base import IDEMPOTENCY_KEY, idempotent
 from threads.api.run_outputs import (
@@ -287,5 +290,11 @@ class ThreadViewSet(TenantScopedViewSet):
         responses={200: ThreadDeletedSerializer}, operation_id="threads_destroy",
     )  # fmt: skip
     def destroy(self, request: Request, pk: str) -> Response:
-        deleted = thread_delete(thread=self.get_object())
+        thread = self.get_object()
+        with transaction.atomic():
+            deleted = thread_delete(thread=thread)
+            audit_by(
+                self.principal, AuditAction.THREAD_DELETED, "thread", pk,
+                {"agent": thread.agent_name, "deleted_threads": deleted},
+            )  # fmt: skip
         return Response({"deleted_threads": deleted})

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import transaction
 from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -23,6 +24,7 @@ from threads.api.base import (
     ThreadScopedView,
     TurnScopedView,
     idempotent,
+    turn_submitted_audit,
 )
 from threads.api.messages import EndUserField, MessageInput
 from threads.api.run_outputs import QueuedMessageSerializer, TurnSerializer
@@ -104,12 +106,14 @@ def submit_turn(view: ThreadScopedView, request: Request) -> tuple[Response, Tur
     def submit() -> tuple[int, dict[str, Any]]:
         work_admit(thread=thread, user=data.get("user"))
         refs = attachments_store(thread=thread, items=given.get("attachments", []))
-        turn = message_queue(
-            thread=thread, role=given["role"], content=given.get("content"),
-            attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
-            source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
-            turn_metadata=data.get("metadata"), user=data.get("user"),
-        )  # fmt: skip
+        with transaction.atomic():
+            turn = message_queue(
+                thread=thread, role=given["role"], content=given.get("content"),
+                attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
+                source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
+                turn_metadata=data.get("metadata"), user=data.get("user"),
+            )  # fmt: skip
+            turn_submitted_audit(view.principal, turn, data.get("user"))
         created.append(turn)
         return status.HTTP_202_ACCEPTED, submitted_json(turn)
 

@@ -4,19 +4,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.audit import AuditAction, changed_fields
 from common.converters import group
 from common.errors import ValidationFailed
 from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS
 from common.schema import US_SINCE_EPOCH, page_of
+from tenancy.auditing import audit_by
 from tenancy.models import Role
 from tenancy.viewsets import TenantScopedViewSet
 from threads.events.webhooks import WEBHOOK_EVENTS
@@ -131,7 +135,9 @@ class WebhookViewSet(TenantScopedViewSet):
         request=WebhookInput, responses={201: WebhookCreatedSerializer},
     )  # fmt: skip
     def create(self, request: Request) -> Response:
-        row, secret = endpoint_save(tenant=self.principal.tenant, data=request.data)
+        with transaction.atomic():
+            row, secret = endpoint_save(tenant=self.principal.tenant, data=request.data)
+            self._audit(AuditAction.WEBHOOK_CREATED, row.pk, {}, endpoint_json(row))
         return Response({**endpoint_json(row), "secret": secret}, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -148,17 +154,32 @@ class WebhookViewSet(TenantScopedViewSet):
         request=WebhookInput, responses=WebhookSerializer,
     )  # fmt: skip
     def partial_update(self, request: Request, pk: str) -> Response:
-        row, _ = endpoint_save(
-            tenant=self.principal.tenant, data=request.data, current=self.get_object()
-        )
+        current = self.get_object()
+        before = endpoint_json(current)
+        with transaction.atomic():
+            row, _ = endpoint_save(tenant=self.principal.tenant, data=request.data, current=current)
+            self._audit(AuditAction.WEBHOOK_UPDATED, row.pk, before, endpoint_json(row))
         return Response(endpoint_json(row))
+
+    def _audit(
+        self, action: AuditAction, pk: object, before: Mapping[str, Any],
+        after: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        """The changed fields; the URL only as changed (it may carry a token), never a
+        signing secret."""
+        changes = changed_fields(before, after, hidden=frozenset({"url"}))
+        changes.pop("updated_at", None)
+        audit_by(self.principal, action, "webhook", pk, {"changes": changes})
 
     @extend_schema(
         operation_id="webhooks_destroy", summary="Delete a webhook endpoint",
         responses={204: None},
     )  # fmt: skip
     def destroy(self, request: Request, pk: str) -> Response:
-        endpoint_delete(row=self.get_object())
+        row = self.get_object()
+        with transaction.atomic():
+            self._audit(AuditAction.WEBHOOK_DELETED, row.pk, endpoint_json(row), {})
+            endpoint_delete(row=row)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -170,7 +191,11 @@ class WebhookViewSet(TenantScopedViewSet):
     )  # fmt: skip
     @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request: Request, pk: str) -> Response:
-        return Response({"secret": secret_rotate(row=self.get_object())})
+        row = self.get_object()
+        with transaction.atomic():
+            secret = secret_rotate(row=row)
+            audit_by(self.principal, AuditAction.WEBHOOK_SECRET_ROTATED, "webhook", row.pk)
+        return Response({"secret": secret})
 
     @extend_schema(
         operation_id="webhooks_deliveries_list", summary="List a webhook's deliveries",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from opentelemetry import trace
 
 from threads.events.vocabulary import SCHEMA_VERSION
 from threads.models import Event, Thread
@@ -32,7 +33,8 @@ class Envelope:
     """One event as clients receive it (ARCHITECTURE §6). ``sequence`` is None for ephemeral
     events; ``timestamp`` is µs; ``turn_id`` names the turn the event belongs to and
     ``flow_id`` the flow (one execution attempt of it) that produced it; ``action_id`` the
-    action (a person's approval or input) an action or permission event belongs to."""
+    action (a person's approval or input) an action or permission event belongs to;
+    ``trace_id`` and ``span_id`` the span active where it was produced (:func:`trace_ids`)."""
 
     type: str
     event_id: str
@@ -49,6 +51,8 @@ class Envelope:
     subagent_id: str | None = None
     action_id: str | None = None
     refs: Mapping[str, Any] | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +71,8 @@ class Envelope:
             "tool_call_id": self.tool_call_id,
             "subagent_id": self.subagent_id,
             "action_id": self.action_id,
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
             "payload": self.payload,
             "refs": self.refs,
         }
@@ -90,7 +96,19 @@ def envelope_of(event: Event, *, session_id: str | None = None) -> dict[str, Any
         subagent_id=lifted(event.payload, "subagent_id"),
         action_id=lifted(event.payload, "action_id"),
         refs=event.refs,
+        trace_id=event.trace_id or None,
+        span_id=event.span_id or None,
     ).as_json()
+
+
+def trace_ids() -> tuple[str, str]:
+    """The W3C trace and span ids (hex) of the span active in this context, ``("", "")``
+    when there is none (tracing off, or outside any traced work). Reads the OpenTelemetry
+    API's context only: no provider is needed, and none is configured here."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return "", ""
+    return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
 
 
 def lifted(payload: object, key: str) -> str | None:

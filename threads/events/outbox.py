@@ -21,7 +21,14 @@ from django.db import connection, transaction
 from common.ids import new_id
 from common.time import now_us
 from threads.broadcast import broadcast, broadcast_many
-from threads.events.envelope import Envelope, lifted, session_id_of, tenant_group, thread_group
+from threads.events.envelope import (
+    Envelope,
+    lifted,
+    session_id_of,
+    tenant_group,
+    thread_group,
+    trace_ids,
+)
 from threads.events.payloads import REQUIRED
 from threads.events.vocabulary import (
     EPHEMERAL,
@@ -81,6 +88,7 @@ class _Row:
     tool_call_id: str
     subagent_id: str | None
     action_id: str | None
+    trace: tuple[str, str]  # the trace and span ids, ("", "") untraced
 
     def envelope(self, thread: Thread, sequence: int | None, session_id: str) -> dict[str, Any]:
         return Envelope(
@@ -89,7 +97,8 @@ class _Row:
             thread_id=str(thread.pk), payload=self.payload, flow_id=self.flow_id or None,
             turn_id=self.turn_id or None, step_id=self.step_id or None,
             tool_call_id=self.tool_call_id or None, subagent_id=self.subagent_id,
-            action_id=self.action_id, refs=self.refs,
+            action_id=self.action_id, refs=self.refs, trace_id=self.trace[0] or None,
+            span_id=self.trace[1] or None,
         ).as_json()  # fmt: skip
 
 
@@ -105,6 +114,7 @@ def _row(
         turn_id=turn_id or str(payload.get("turn_id") or ""), step_id=step_id,
         tool_call_id=str(payload.get("tool_call_id") or ""),
         subagent_id=payload.get("subagent_id"), action_id=lifted(payload, "action_id"),
+        trace=trace_ids(),
     )  # fmt: skip
 
 
@@ -328,14 +338,15 @@ def _insert_sql(*, standalone: bool) -> str:
         )
         INSERT INTO {event}
             (id, tenant_id, thread_id, sequence, type, payload, refs, flow_id, turn_id,
-             step_id, tool_call_id, created_at)
+             step_id, tool_call_id, trace_id, span_id, created_at)
         SELECT row.id, %s, %s, next.last_sequence - %s + row.n, row.type, row.payload,
                row.refs, row.flow_id, row.turn_id, row.step_id, row.tool_call_id,
-               row.created_at
+               row.trace_id, row.span_id, row.created_at
         FROM next{", settings" if standalone else ""},
              jsonb_to_recordset(%s::jsonb) AS row
                  (n int, id uuid, type text, payload jsonb, refs jsonb, flow_id text,
-                  turn_id text, step_id text, tool_call_id text, created_at bigint)
+                  turn_id text, step_id text, tool_call_id text, trace_id text,
+                  span_id text, created_at bigint)
         ORDER BY row.n
         RETURNING sequence
     """  # noqa: S608 - table names come from our models, values are parameters
@@ -359,7 +370,7 @@ def _insert(thread: Thread, rows: Sequence[_Row]) -> int | None:
             {"n": n, "id": str(row.event_id), "type": str(row.kind), "payload": row.payload,
              "refs": row.refs, "flow_id": row.flow_id, "turn_id": row.turn_id[:64],
              "step_id": row.step_id[:80], "tool_call_id": row.tool_call_id[:200],
-             "created_at": row.timestamp}
+             "trace_id": row.trace[0], "span_id": row.trace[1], "created_at": row.timestamp}
             for n, row in enumerate(rows, start=1)
         ],
         cls=DjangoJSONEncoder,

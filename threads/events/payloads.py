@@ -66,24 +66,27 @@ class QueueChanged(TypedDict):
 
 
 class TurnStarted(TypedDict):
-    """A flow started running turn ``turn_id`` (``resumed``: after its worker died)."""
+    """A flow started running turn ``turn_id`` (``resumed``: after its worker died),
+    submitted at ``created_at`` (µs)."""
 
     flow_id: str
     fence: int
     turn_id: str
     resumed: NotRequired[bool]
+    created_at: NotRequired[int]
 
 
 class TurnEnded(TypedDict):
     """A turn ended: ``turn.completed``, ``turn.failed`` (``reason`` is ``step_error``,
     ``hook_blocked`` or ``session_fail``) or ``turn.cancelled``; ``status`` is its terminal
-    status, ``usage`` its summed tokens and cost."""
+    status, ``usage`` its summed tokens and cost, ``started_at`` (µs) when it began running."""
 
     flow_id: str
     reason: str
     turn_id: str
     status: str
     usage: NotRequired[dict[str, Any] | None]
+    started_at: NotRequired[int | None]
 
 
 class StepStarted(TypedDict):
@@ -121,11 +124,14 @@ class ModelDelta(TypedDict):
 
 
 class ModelCompleted(TypedDict):
-    """A model call answered; the Log row ``log_id`` holds tokens, latency and cost."""
+    """A model call answered; the Log row ``log_id`` holds tokens, latency and cost.
+    ``provider`` and ``model_id`` name the provider model that answered."""
 
     log_id: str
     message_id: str | None
     model: str
+    provider: NotRequired[str]
+    model_id: NotRequired[str]
     total_tokens: int | None  # None: the provider reported no usage
     latency_ms: float
     error: NotRequired[None]
@@ -137,6 +143,8 @@ class ModelFailed(TypedDict):
     log_id: str
     message_id: str | None
     model: str
+    provider: NotRequired[str]
+    model_id: NotRequired[str]
     error: str | None
     aborted: NotRequired[bool]
 
@@ -275,10 +283,13 @@ class WebhookDisabled(TypedDict):
 class CostRecorded(TypedDict):
     """A model call's spend entered the usage ledger: its tokens and its cost in micro-units
     of ``currency`` (None with ``cost_known`` false: the model has no prices), and the output
-    its reservation allowed (None: no budget applied)."""
+    its reservation allowed (None: no budget applied); ``provider`` and ``model_id`` name
+    the provider model that answered."""
 
     flow_id: str
     model: str
+    provider: NotRequired[str]
+    model_id: NotRequired[str]
     message_id: str | None  # None: a call that stored no message (a compaction's summary)
     input_tokens: int
     output_tokens: int

@@ -17,11 +17,14 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from common.duties import duty_wake
 from common.outages import OUTAGE_ERRORS
 from threads.events.vocabulary import EventType
 from threads.models import Thread, WebhookDelivery, WebhookEndpoint
 
 DELIVER_TASK: Final = "threads.deliver_webhook"
+# Beat's sweep of deliveries: every delivery sent opens it again (common.duties).
+SWEEP_TASK: Final = "threads.sweep_webhooks"
 # What an endpoint may subscribe to.
 WEBHOOK_EVENTS: Final = frozenset(
     {
@@ -96,6 +99,7 @@ def deliveries_enqueue(thread: Thread, events: Sequence[tuple[str, dict[str, Any
 def delivery_send(delivery_id: str, countdown_s: float = 0.0) -> bool:
     """Enqueue ``deliver_webhook``; False when the broker is unreachable (the sweep sends
     it)."""
+    duty_wake(SWEEP_TASK)
     try:
         current_app.send_task(DELIVER_TASK, args=[delivery_id], countdown=countdown_s or None)
     except OUTAGE_ERRORS:

@@ -35,6 +35,9 @@ class Event(TenantOwned):
     turn_id = models.CharField(max_length=64, blank=True)
     step_id = models.CharField(max_length=80, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True)
+    # The span that was active where the event was produced (W3C ids, hex); blank untraced.
+    trace_id = models.CharField(max_length=32, blank=True, default="")
+    span_id = models.CharField(max_length=16, blank=True, default="")
     created_at = models.BigIntegerField(default=now_us, editable=False)
 
     class Meta:

@@ -48,6 +48,7 @@ from threads.models import (
 from threads.runtime.engine import Flow, Runtime, Side
 from threads.runtime.engine.bell import inputs_ring
 from threads.runtime.stops import StopReason
+from threads.runtime.telemetry_door import telemetry
 from threads.services import wakeups
 from threads.services.control import (
     active_turn,
@@ -107,7 +108,8 @@ def thread_drive(
         tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
         if tenant_id is None:
             return DriveResult(acquired=False)
-    return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
+    with telemetry().drive(tenant_id=tenant_id, thread_id=thread_id):
+        return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
 
 
 def _drive(

@@ -21,6 +21,7 @@ from croniter import croniter
 from django.db import transaction
 
 from agents.selectors import definitions_scope
+from common.duties import duty_wake_on_commit
 from common.errors import DomainError, ValidationFailed
 from common.payloads import flag_field, known_keys_check, object_body, text_field
 from common.time import now_us
@@ -38,6 +39,8 @@ FIELDS: Final = (
 )  # fmt: skip
 MAX_SCHEDULES: Final = 1000  # per tenant
 FIRE_BATCH: Final = 200
+# Beat's firing of schedules: every saved schedule opens it again (common.duties).
+FIRE_SCHEDULES_TASK: Final = "threads.fire_schedules"
 
 
 def schedule_json(row: Schedule) -> dict[str, Any]:
@@ -82,6 +85,7 @@ def schedule_save(
     merged = {**(_fields_of(current) if current is not None else {}), **data}
     fields = _checked(tenant, merged)
     with transaction.atomic():
+        duty_wake_on_commit(FIRE_SCHEDULES_TASK)
         if current is None:
             if Schedule.objects.for_tenant(tenant).count() >= MAX_SCHEDULES:
                 raise ValidationFailed(f"a tenant has at most {MAX_SCHEDULES} schedules")

@@ -27,6 +27,7 @@ from threads.models import Message
 from threads.runtime.code_mode import CodePaused, code_mode_run
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.hooks import Hooks
+from threads.runtime.telemetry_door import telemetry
 from threads.runtime.tool_calls import (
     ActionNeeded,
     FlowAborted,
@@ -140,7 +141,10 @@ class ToolRunner:
             denied = self._permission(call, resolved, issuer, pausable=pausable)
         # From its start to its stored result, the call may wait for a person's input
         # (state.request_input in the tool or in the hooks around it): it then runs again.
-        with self.flow.tool_call(InFlight(call, issuer, pausable=pausable)):
+        with (
+            self.flow.tool_call(InFlight(call, issuer, pausable=pausable)),
+            telemetry().tool_call(self.flow, call) as record,
+        ):
             if denied is None:
                 self.hooks.notify(HookName.TOOL_CALL_STARTED, call_json(call), None)
                 self.flow.publish(
@@ -167,6 +171,7 @@ class ToolRunner:
                 result = tool_result_from(
                     self.hooks.transform(HookName.BEFORE_STORE_TOOL_RESULT, result, call_json(call))
                 )
+            record.ended(result)
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
         with self._writes():
             if after is not None:
@@ -318,23 +323,25 @@ class ToolRunner:
             return self.flow.run_subagent(resolved, arguments, side=self.side)
         config = resolved.config
         self.flow.idle()
-        return code_tool_run(
-            self.flow.defs.code_tool(resolved.name), arguments,
-            tenant_id=self.flow.thread.tenant_id, abort=self.flow.execution.abort_signal,
-            entry_env=config.env if config is not None else None,
-            entry_options=config.options if config is not None else None,
-            payer=sandbox_payer(thread=self.flow.thread, turn=self.flow.turn),
-        )  # fmt: skip
+        with telemetry().sandbox_call(self.flow, resolved.name):
+            return code_tool_run(
+                self.flow.defs.code_tool(resolved.name), arguments,
+                tenant_id=self.flow.thread.tenant_id, abort=self.flow.execution.abort_signal,
+                entry_env=config.env if config is not None else None,
+                entry_options=config.options if config is not None else None,
+                payer=sandbox_payer(thread=self.flow.thread, turn=self.flow.turn),
+            )  # fmt: skip
 
     def _program(self, call: ToolCall, arguments: dict[str, Any], issuer: Message) -> ToolResult:
         """A ``code`` call (:mod:`threads.runtime.code_mode`); a call of its program that a
         rule asks about pauses the turn on an action carrying the program's journal."""
         pausable = self.flow.calling is not None and self.flow.calling.pausable
         try:
-            return code_mode_run(
-                self, call, arguments, pausable=pausable,
-                replay=self.flow.code_replays.pop(call.id, None),
-            )  # fmt: skip
+            with telemetry().sandbox_call(self.flow, call.name):
+                return code_mode_run(
+                    self, call, arguments, pausable=pausable,
+                    replay=self.flow.code_replays.pop(call.id, None),
+                )  # fmt: skip
         except CodePaused as paused:
             raise ActionNeeded(
                 kind="approval",

@@ -24,6 +24,7 @@ from django.db.models import QuerySet
 
 from agents.registry import ToolResult
 from agents.schemas import ArgumentsInvalid, validate_args
+from common.duties import duty_wake_on_commit
 from common.errors import Conflict, DomainError, NotFound, ValidationFailed
 from common.payloads import object_body
 from common.time import now_us
@@ -49,6 +50,9 @@ _RESOLVED = {
 ANSWERS = tuple(_RESOLVED)
 MAX_REASON = 2000
 EXPIRE_BATCH = 500
+
+# Beat's expiry of actions: every new action opens it again (common.duties).
+EXPIRE_TASK = "threads.expire_actions"
 
 
 class ActionResolved(Conflict):
@@ -120,6 +124,7 @@ def action_open(
         on_expiry=on_expiry, resume=dict(resume or {}),
         expires_at=now_us() + ttl_s * 1_000_000,
     )  # fmt: skip
+    duty_wake_on_commit(EXPIRE_TASK)
     if kind == ActionKind.APPROVAL:
         publish(
             thread, "permission.requested",

@@ -23,6 +23,7 @@ from django.db.models import F, Q, QuerySet
 
 from agents.registry import EffectEntry, current_registry
 from agents.schemas import ArgumentsInvalid
+from common.duties import duty_wake
 from common.errors import Conflict, NotFound, ValidationFailed
 from common.outages import OUTAGE_ERRORS
 from common.payloads import payload_check
@@ -33,6 +34,8 @@ from threads.models import EffectStatus, ScheduledEffect, Thread
 logger = logging.getLogger(__name__)
 
 FIRE_TASK: Final = "threads.fire_effect"
+# Beat's sweep of effects: every delivery sent opens it again (common.duties).
+SWEEP_TASK: Final = "threads.sweep_effects"
 MAX_DELAY_MS: Final = 366 * 86_400 * 1000  # a year and a day
 MAX_ARGS_BYTES: Final = 64 * 1024
 SWEEP_BATCH: Final = 1000
@@ -142,6 +145,7 @@ def _deliver_on_commit(row: ScheduledEffect) -> None:
 
 def effect_send(effect_id: str, countdown_s: float = 0.0) -> bool:
     """Enqueue ``fire_effect``; False when the broker is unreachable (the sweep sends it)."""
+    duty_wake(SWEEP_TASK)
     try:
         current_app.send_task(FIRE_TASK, args=[effect_id], countdown=countdown_s or None)
     except OUTAGE_ERRORS as error:

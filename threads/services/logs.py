@@ -78,6 +78,8 @@ def _event_payload(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
     common = {"flow_id": data.get("flow_id") or ""}
     if kind == "llm":
         payload = {**common, "model": data.get("model", ""),
+                   "provider": str(data.get("provider") or ""),
+                   "model_id": str(data.get("model_id") or ""),
                    "total_tokens": data.get("total_tokens"),
                    "latency_ms": data.get("latency_ms", 0.0),
                    "error": data.get("error")}  # fmt: skip

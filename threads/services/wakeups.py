@@ -24,7 +24,9 @@ from typing import Any
 from celery import current_app
 from celery.utils.nodenames import anon_nodename
 from django.db import transaction
+from opentelemetry import propagate
 
+from common.duties import duty_wake
 from common.outages import OUTAGE_ERRORS
 from common.redis_client import redis_client
 from threads.models import Thread
@@ -32,6 +34,9 @@ from threads.models import Thread
 logger = logging.getLogger(__name__)
 
 DRIVE_TASK = "threads.drive_thread"
+# Beat's thread sweep: every wake-up opens it again (common.duties), so a thread that has
+# work is swept every THREAD_SWEEP_INTERVAL_S until no turn is left unfinished.
+SWEEP_TASK = "threads.sweep_threads"
 # What a task message without links carries after its arguments (protocol 2's "embed").
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
@@ -57,14 +62,19 @@ def wake_thread(
             "thread %s: wake-up not sent (%s); the sweeper will wake it", thread_id, error
         )
         return False
+    duty_wake(SWEEP_TASK)
     return True
 
 
 def drive_message(args: list[str], *, queue: str) -> bytes:
     """The broker message of ``drive_thread(*args)`` for ``queue``, as Celery's
-    ``send_task`` writes it (no countdown, no result, no links)."""
+    ``send_task`` writes it (no countdown, no result, no links), with the current span's
+    trace context (``traceparent``) when one is active, as observability adds it to what
+    ``send_task`` sends."""
     task_id = str(uuid.uuid4())
     body = json.dumps([args, {}, _EMBED]).encode()
+    traced: dict[str, str] = {}
+    propagate.inject(traced)  # nothing outside a trace
     return json.dumps({
         "body": base64.b64encode(body).decode(),
         "content-encoding": "utf-8",
@@ -75,7 +85,7 @@ def drive_message(args: list[str], *, queue: str) -> bytes:
             "timelimit": [None, None], "root_id": task_id, "parent_id": None,
             "argsrepr": repr(args), "kwargsrepr": "{}", "origin": anon_nodename(),
             "ignore_result": None, "replaced_task_nesting": 0, "stamped_headers": None,
-            "stamps": {},
+            "stamps": {}, **traced,
         },
         "properties": {
             "correlation_id": task_id, "reply_to": current_app.thread_oid, "delivery_mode": 2,

@@ -44,6 +44,7 @@ from threads.runtime.hooks import HookBlocked, Hooks
 from threads.runtime.records import TurnUsage
 from threads.runtime.stops import RepeatedErrors, StopReason, turn_outcome
 from threads.runtime.subagent_tools import direct_call_guidance
+from threads.runtime.telemetry_door import telemetry
 from threads.runtime.tool_calls import ActionNeeded, FlowAborted, InFlight
 from threads.services import logs
 from threads.services.actions import action_open, answer_data, input_answers
@@ -132,6 +133,10 @@ class Flow:
     def run(self) -> StopReason:
         """Run the turn until a stop condition and end it; returns the reason. StaleFence
         propagates (the thread belongs to another worker now: nothing more may be written)."""
+        with telemetry().turn(self):
+            return self._run()
+
+    def _run(self) -> StopReason:
         started = now_us()
         resumed: dict[str, Any] = {}
         if self.resume_side is not None or self.resumption is not None:
@@ -140,8 +145,9 @@ class Flow:
             resumed["action_id"] = str(self.resumption.pk)
         self.publish(
             "turn.started",
-            {"fence": self.fence, "turn_id": str(self.turn.pk), **resumed},
-        )
+            {"fence": self.fence, "turn_id": str(self.turn.pk),
+             "created_at": self.turn.created_at, **resumed},
+        )  # fmt: skip
         if self.thread.parent_id is not None:  # the parent's registry: a session runs
             link_status_set(child=self.thread, status="running")
         error, code = "", None

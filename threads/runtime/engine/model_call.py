@@ -32,6 +32,7 @@ from threads.runtime.engine.spend import SpendHalt, spend_commit, spend_reserve
 from threads.runtime.engine.writes import event_publish, message_create, model_log, stored_role
 from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer
+from threads.runtime.telemetry_door import ModelCallRecord, telemetry
 from threads.runtime.tool_calls import FlowAborted, stored_calls
 from threads.services.messages import message_delete, message_finish, message_json
 from threads.services.status import turn_retrying
@@ -178,8 +179,9 @@ def model_call(
         request = dataclasses.replace(request, max_output_tokens=hold.max_output_tokens)
     try:
         catalog = _catalog(flow, prompt, acting, tools)
-        return _called(flow, prompt, acting, request, hooks, hold, parent=parent,
-                       stop_side=stop_side, catalog=catalog)  # fmt: skip
+        with telemetry().model_call(flow, spec, prompt, request) as record:
+            return _called(flow, prompt, acting, request, hooks, hold, parent=parent,
+                           stop_side=stop_side, catalog=catalog, record=record)  # fmt: skip
     finally:
         budgets.release(hold)  # a no-op once committed
 
@@ -195,6 +197,7 @@ def _called(
     parent: Message | None,
     stop_side: SideConfig | None,
     catalog: dict[str, Any] | None,
+    record: ModelCallRecord,
 ) -> tuple[Message, ProviderResponse]:
     spec = flow.defs.model(prompt.model)
     # ``reasoning.exclude``: the model may reason, but its reasoning is neither streamed
@@ -241,6 +244,7 @@ def _called(
     _retrying(flow, False)
     _checkpoint(flow, pending)
     response = result.response
+    record.responded(result.spec, response)
     if result.spec.name != spec.name:
         event_publish(flow, "runtime.warning", {
             "code": "model_fallback",

@@ -149,7 +149,8 @@ def spend_commit(
     message_id = str(message.pk) if message is not None else None
     flow.publish(
         "cost.recorded",
-        {"model": spec.name, "message_id": message_id, "input_tokens": usage.prompt_tokens,
+        {"model": spec.name, "provider": str(result.response.provider or spec.kind),
+         "model_id": spec.model_id, "message_id": message_id, "input_tokens": usage.prompt_tokens,
          "output_tokens": usage.completion_tokens, "cached_tokens": usage.cached_tokens,
          "cost_micros": cost, "currency": "USD", "cost_known": cost is not None,
          "reserved_max_output_tokens": hold.max_output_tokens},

@@ -126,7 +126,8 @@ def turn_finish(
             publish(
                 thread, TURN_END_EVENTS[status],
                 {"turn_id": str(turn.pk), "status": status, "reason": outcome,
-                 "flow_id": outbox.flow_id if outbox is not None else "", "usage": turn.usage},
+                 "flow_id": outbox.flow_id if outbox is not None else "", "usage": turn.usage,
+                 "started_at": turn.started_at},
                 outbox=outbox,
             )  # fmt: skip
     if row is None:  # nothing was written; raised after the block, as in message_inject

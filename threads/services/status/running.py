@@ -48,17 +48,16 @@ def turn_inputs_take(
     turn itself while it is queued, then what it queued for itself. Nothing when ``fence``
     is stale. Precondition: the caller holds the thread's lock with ``fence``; run it in the
     transaction that stores what the inputs carry."""
+    now = now_us()
     with connection.cursor() as cursor:
-        cursor.execute(
-            _TAKE, {"thread": thread.pk, "fence": fence, "now": now_us(), "turn": turn.pk}
-        )
+        cursor.execute(_TAKE, {"thread": thread.pk, "fence": fence, "now": now, "turn": turn.pk})
         rows = cursor.fetchall()
     taken = []
     for id, position, kind, payload, host_id, thread_changed in rows:
         item = turn if id == turn.pk else Turn(id=id, tenant_id=thread.tenant_id, thread=thread)
         item.position, item.kind, item.host_id = position, kind, host_id
         item.payload = jsonb_value(payload)
-        item.status, item.fence = S.RUNNING, fence
+        item.status, item.fence, item.started_at = S.RUNNING, fence, now
         item._state.adding = False
         taken.append(item)
         if thread_changed and thread.status != S.RUNNING:

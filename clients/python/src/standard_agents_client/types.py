@@ -279,6 +279,8 @@ class Event(TypedDict):
     tool_call_id: str | None
     subagent_id: str | None
     action_id: str | None
+    trace_id: str | None
+    span_id: str | None
     payload: Json
     refs: Json | None
 

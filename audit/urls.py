@@ -1,0 +1,7 @@
+from audit.api import AuditViewSet
+from common.api import Router
+
+router = Router()
+router.register("audit", AuditViewSet, basename="audit")
+
+urlpatterns = [*router.urls]
