@@ -125,14 +125,13 @@ if not env.is_production():
     INSTALLED_APPS.append("agents.demo")
 
 MIDDLEWARE = [
-    # First, so its server span covers the whole request (observability.propagation); not in
-    # the chain when tracing is off.
+    # Operations first, so each covers the whole request: its server span
+    # (observability.propagation; not in the chain when tracing is off), its HTTP metrics by
+    # route template, and its id (X-Request-ID) on every line it logs and on its answer.
     "observability.propagation.traced_requests",
-    # Outermost, so it times the whole answer: HTTP metrics by route template (on the loop).
     "observability.metrics_http.http_metrics",
-    # Before all: each request's id (X-Request-ID) is on every line it logs and on its answer.
     "observability.logs.RequestIds",
-    # First, so every /api/ answer carries the CORS headers (it reads only Origin and the
+    # Then CORS, so every /api/ answer carries its headers (it reads only Origin and the
     # path, and runs on the event loop).
     "corsheaders.middleware.CorsMiddleware",
     # Then: it answers a bad Host, path or query under /api/ in JSON before any other
