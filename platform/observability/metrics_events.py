@@ -15,6 +15,10 @@ Envelope = Mapping[str, Any]
 # ``runtime.warning`` codes of a recovered turn (threads.services.recovery.incident_record).
 TAKEOVER_CODES: Final = frozenset({"takeover", "outage"})
 US: Final = 1_000_000
+# Model ids come from tenants' definitions: past this many distinct (provider, model) pairs
+# in a process, the rest share ``model="other"``, so no tenant can grow the series unbounded.
+MAX_MODELS: Final = 100
+_models_seen: set[tuple[str, str]] = set()
 
 
 def events_observed(envelopes: Sequence[Envelope], lag_s: float) -> None:
@@ -85,13 +89,16 @@ def _warned(found: Families, envelope: Envelope, payload: Mapping[str, Any]) -> 
 
 
 def _model(envelope: Envelope, payload: Mapping[str, Any]) -> dict[str, str]:
-    """A model family's labels: the provider and its model id (bounded by the models an
-    operator's tenants define; never the tenant's own model name)."""
-    return {
-        "provider": str(payload.get("provider") or "unknown"),
-        "model": str(payload.get("model_id") or "unknown"),
-        **tenant_labels(envelope.get("tenant_id")),
-    }
+    """A model family's labels: the provider and its model id (never the tenant's own model
+    name), at most :data:`MAX_MODELS` pairs per process."""
+    provider = str(payload.get("provider") or "unknown")
+    model = str(payload.get("model_id") or "unknown")[:100]
+    if (provider, model) not in _models_seen:
+        if len(_models_seen) >= MAX_MODELS:
+            model = "other"
+        else:
+            _models_seen.add((provider, model))
+    return {"provider": provider, "model": model, **tenant_labels(envelope.get("tenant_id"))}
 
 
 def _seconds(envelope: Envelope, since_us: int) -> float:

@@ -22,6 +22,7 @@ from pytest_django.fixtures import Settings
 
 from agents.bundles import bundle_import
 from config import env
+from observability import metrics_events
 from observability.families import families
 from tenancy.models import Tenant
 from tests.factories import make_api_key
@@ -244,3 +245,16 @@ def test_the_grafana_dashboard_queries_only_families_the_platform_exports() -> N
 
     assert queried - exported == set()
     assert len(queried) >= 15  # every family has a panel
+
+
+def test_model_labels_stop_growing_past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Model ids come from tenants' definitions: a tenant defining ever new ones must not grow
+    # the series without bound.
+    monkeypatch.setattr(metrics_events, "_models_seen", set())
+    monkeypatch.setattr(metrics_events, "MAX_MODELS", 2)
+    envelope = {"type": "cost.recorded", "tenant_id": str(uuid.uuid4())}
+    labels = [
+        metrics_events._model(envelope, {"provider": "openai", "model_id": name})["model"]
+        for name in ("a", "b", "c", "a", "d")
+    ]
+    assert labels == ["a", "b", "other", "a", "other"]
