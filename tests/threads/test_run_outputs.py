@@ -97,6 +97,8 @@ def _a_turn_with_a_tool_call(engine: Engine, api: Checked, thread: Thread) -> No
     engine.drive(thread)
     waited = api.call("get", f"{TURN}/wait", f"/api/v1/turns/{turn['id']}/wait?timeout=1")
     api.call("get", TURN, f"/api/v1/turns/{turn['id']}")
+    catalogs = api.call("get", f"{TURN}/tools", f"/api/v1/turns/{turn['id']}/tools")
+    assert [tool["name"] for tool in catalogs["catalogs"][0]["tools"]] == ["echo", "refund"]
     api.call("get", f"{PART}turns", f"{base}/turns")
     listed = api.call("get", f"{PART}messages", f"{base}/messages?limit=10")
     assert waited["done"] is True
