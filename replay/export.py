@@ -20,10 +20,10 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Q
+from django.db.models import Model, Q, QuerySet
 
 from common.errors import NotFound
 from common.time import now_us
@@ -36,6 +36,8 @@ from threads.services.files import file_read_stream
 from threads.services.logs import log_json
 from threads.services.messages import message_json
 from threads.services.threads import thread_get
+
+R = TypeVar("R", bound=Model)
 
 FORMAT = "standard-agents-replay/1"
 PAGE = 500
@@ -81,18 +83,9 @@ def scope_threads(scope: ExportScope) -> Iterator[Thread]:
     if scope.kind != SESSION:
         return
     rows = Thread.objects.for_tenant(scope.tenant).filter(root_id=scope.root.pk)
-    last: tuple[int, uuid.UUID] | None = None
-    while True:
-        page = rows if last is None else rows.filter(
-            Q(created_at__gt=last[0]) | Q(created_at=last[0], id__gt=last[1])
-        )  # fmt: skip
-        found = list(page.order_by("created_at", "id")[:PAGE])
-        for thread in found:
-            Thread.tenant.field.set_cached_value(thread, scope.tenant)
-            yield thread
-        if len(found) < PAGE:
-            return
-        last = (found[-1].created_at, found[-1].pk)
+    for thread in _keyset(rows, "created_at", "id"):
+        Thread.tenant.field.set_cached_value(thread, scope.tenant)
+        yield thread
 
 
 def thread_record(thread: Thread) -> dict[str, Any]:
@@ -173,41 +166,40 @@ def thread_events(thread: Thread) -> Iterator[dict[str, Any]]:
 
 
 def _messages(thread: Thread) -> Iterator[Message]:
-    rows = Message.objects.for_tenant(thread.tenant).filter(thread_id=thread.pk)
-    after = 0
-    while True:
-        page = list(rows.filter(seq__gt=after).order_by("seq")[:PAGE])
-        yield from page
-        if len(page) < PAGE:
-            return
-        after = page[-1].seq
+    return _keyset(Message.objects.for_tenant(thread.tenant).filter(thread_id=thread.pk), "seq")
 
 
 def _logs(thread: Thread) -> Iterator[Log]:
     rows = Log.objects.for_tenant(thread.tenant).filter(thread_id=thread.pk)
-    last: tuple[int, uuid.UUID] | None = None
-    while True:
-        page = rows if last is None else rows.filter(
-            Q(created_at__gt=last[0]) | Q(created_at=last[0], id__gt=last[1])
-        )  # fmt: skip
-        found = list(page.order_by("created_at", "id")[:PAGE])
-        yield from found
-        if len(found) < PAGE:
-            return
-        last = (found[-1].created_at, found[-1].pk)
+    return _keyset(rows, "created_at", "id")
 
 
 def _files(thread: Thread) -> Iterator[ThreadFile]:
     rows = ThreadFile.objects.for_tenant(thread.tenant).filter(
         thread_id=thread.pk, is_directory=False
     )
-    after = ""
+    return _keyset(rows, "path")
+
+
+def _keyset(rows: QuerySet[R], *fields: str) -> Iterator[R]:
+    """``rows`` in ``fields`` order (unique together), :data:`PAGE` at a time: each page
+    starts after the last row's ``fields``, so no page is read with an offset."""
+    last: tuple[Any, ...] | None = None
     while True:
-        page = list(rows.filter(path__gt=after).order_by("path")[:PAGE])
-        yield from page
-        if len(page) < PAGE:
+        page = rows if last is None else rows.filter(_after(fields, last))
+        found = list(page.order_by(*fields)[:PAGE])
+        yield from found
+        if len(found) < PAGE:
             return
-        after = page[-1].path
+        last = tuple(getattr(found[-1], field) for field in fields)
+
+
+def _after(fields: tuple[str, ...], last: tuple[Any, ...]) -> Q:
+    """``(fields) > (last)`` in order: the first field greater, or equal and the rest after."""
+    after = Q(**{f"{fields[-1]}__gt": last[-1]})
+    for field, value in zip(fields[-2::-1], last[-2::-1], strict=True):
+        after = Q(**{f"{field}__gt": value}) | (Q(**{field: value}) & after)
+    return after
 
 
 def _sha256(thread: Thread, path: str) -> str | None:
