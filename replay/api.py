@@ -4,17 +4,17 @@ thread's or a session's portable export (agent-runtime-events ``export_replay`` 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.drf import StreamRenderer
 from common.errors import ValidationFailed
 from common.schema import error_response
 from replay.export import (
@@ -47,22 +47,12 @@ NDJSON_LINES = OpenApiResponse(
 )
 
 
-class NdjsonRenderer(BaseRenderer):
+class NdjsonRenderer(StreamRenderer):
     """Lets ``Accept: application/x-ndjson`` through content negotiation (the export itself
     is a streamed response, never rendered; errors answer JSON)."""
 
     media_type = NDJSON
     format = "ndjson"
-    charset = None
-
-    def render(
-        self,
-        data: Any,
-        accepted_media_type: str | None = None,
-        renderer_context: Mapping[str, Any] | None = None,
-    ) -> bytes:
-        rendered: bytes = JSONRenderer().render(data)
-        return rendered
 
 
 def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:

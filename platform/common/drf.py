@@ -1,13 +1,16 @@
-"""DRF plug-ins named in settings (kept apart from :mod:`common.api`, which DRF's own views
-import): the JSON parser every route uses and what ``OPTIONS`` answers."""
+"""DRF plug-ins (kept apart from :mod:`common.api`, which DRF's own views import): the JSON
+parser every route uses and what ``OPTIONS`` answers (both named in settings), and the
+renderer a streamed route negotiates."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rest_framework import exceptions
 from rest_framework.metadata import BaseMetadata
 from rest_framework.parsers import JSONParser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 
 from common.payloads import MAX_DEPTH, payload_check
@@ -43,3 +46,20 @@ class RouteMetadata(BaseMetadata):
             "renders": [renderer.media_type for renderer in view.renderer_classes],
             "parses": [parser.media_type for parser in view.parser_classes],
         }
+
+
+class StreamRenderer(BaseRenderer):
+    """Lets a streamed route's own media type (a subclass's ``media_type``) through content
+    negotiation: the stream itself is a streamed response, never rendered; what is rendered
+    (an error) answers JSON."""
+
+    charset = None
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        rendered: bytes = JSONRenderer().render(data)
+        return rendered

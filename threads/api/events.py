@@ -30,7 +30,7 @@ import asyncio
 import datetime as dt
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +40,11 @@ from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from common.drf import StreamRenderer
 from common.errors import DomainError, ValidationFailed
 from common.pagination import LIMIT, MAX_LIMIT, MAX_OFFSET, page_limit, page_response
 from common.schema import error_response, page_of
@@ -66,21 +67,11 @@ EVENT_STREAM = "text/event-stream"
 KEEPALIVE_S = 15.0
 
 
-class EventStreamRenderer(BaseRenderer):
+class EventStreamRenderer(StreamRenderer):
     """Lets ``Accept: text/event-stream`` through content negotiation; errors render as JSON."""
 
     media_type = EVENT_STREAM
     format = "sse"
-    charset = None
-
-    def render(
-        self,
-        data: Any,
-        accepted_media_type: str | None = None,
-        renderer_context: Mapping[str, Any] | None = None,
-    ) -> bytes:
-        rendered: bytes = JSONRenderer().render(data)
-        return rendered
 
 
 AFTER = "after"
