@@ -11,6 +11,7 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from common.audit import Actor, AuditAction, audit_record
+from common.tenant_wall import system_scope, tenant_scope
 from tenancy.auditing import user_actor
 from tenancy.logins import login_client_address
 from tenancy.models import Membership
@@ -23,13 +24,15 @@ def _client(request: HttpRequest | None) -> dict[str, Any]:
 
 
 def _record(user_id: Any, actor: Actor, action: AuditAction, details: dict[str, Any]) -> None:
-    memberships = Membership.objects.select_related("tenant").filter(user_id=user_id)
+    with system_scope("memberships"):  # a user's memberships span tenants
+        memberships = list(Membership.objects.select_related("tenant").filter(user_id=user_id))
     with transaction.atomic():
         for membership in memberships:
-            audit_record(
-                tenant=membership.tenant, actor=actor, action=action, target_type="user",
-                target_id=user_id, details=details,
-            )  # fmt: skip
+            with tenant_scope(membership.tenant_id):  # each entry in its own tenant
+                audit_record(
+                    tenant=membership.tenant, actor=actor, action=action, target_type="user",
+                    target_id=user_id, details=details,
+                )  # fmt: skip
 
 
 def logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:

@@ -20,6 +20,7 @@ from django.http import Http404, HttpRequest
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 
+from common.tenant_wall import tenant_enter
 from tenancy.models import Membership, Role
 from tenancy.principals import Principal
 from tenancy.selectors import membership_list
@@ -91,6 +92,7 @@ def console_view(
                     f"{WRITE_ROLE.value} or above is required"
                 )
             request.console = console  # type: ignore[attr-defined]
+            tenant_enter(principal.tenant.pk)  # for the rest of the request
             try:
                 return view(request, *args, **kwargs)
             except Http404:  # the console's own page (the site's 404 handler answers JSON)

@@ -6,6 +6,7 @@ import logging
 
 from celery import shared_task
 
+from common.tenant_wall import system_scope
 from retention.prune import retention_prune
 
 logger = logging.getLogger(__name__)
@@ -14,6 +15,7 @@ PRUNE_TASK = "retention.prune"
 
 
 @shared_task(name=PRUNE_TASK, ignore_result=True)
+@system_scope("beat:retention_prune")  # every tenant's history
 def prune() -> int:
     """Beat: delete what the tenants' retention policies say is past retention, a bounded
     number of rows per run (idempotent: a duplicate run finds less to delete)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import inspect
 import logging
 import math
@@ -104,6 +105,9 @@ class CodeExecution:
         self.reports: list[Any] = []
         self._pool = pool
         self._prepared = prepared
+        # The host's calls run in the context of the code that started the execution (its
+        # context variables: whom it acts for), each on a thread of its own.
+        self._context = contextvars.copy_context()
         self._lock = threading.Lock()
         self._settled = threading.Event()
         self._started = threading.Event()  # a runner took it, or it settled without one
@@ -224,7 +228,9 @@ class CodeExecution:
             return
         kind = message["type"]
         if kind == "tool_call":
-            threading.Thread(target=self._serve_call, args=(runner, message), daemon=True).start()
+            serve = self._context.copy().run
+            threading.Thread(target=serve, args=(self._serve_call, runner, message),
+                             daemon=True).start()  # fmt: skip
         elif kind == "done":
             cpu_ms = _cpu_ms(message)
             with self._lock:

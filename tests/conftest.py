@@ -1,11 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+from django.test.utils import setup_databases, teardown_databases
+from psycopg import sql
 from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
+from common.tenant_wall import as_owner, system_scope
 from tenancy.models import Role, Tenant
 from tenancy.throttling import api_key_failures_reset
 from tests.factories import make_api_key, make_tenant, make_thread
@@ -13,6 +19,50 @@ from threads.models import Thread
 from usage.budgets import budgets_forget
 
 pytest_plugins = ["tests.vocabulary_plugin"]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request: pytest.FixtureRequest,
+    django_test_environment: None,
+    django_db_blocker: Any,
+    django_db_keepdb: bool,
+) -> Iterator[None]:
+    """pytest-django's, as the tables' owner (common.tenant_wall.as_owner): the test database
+    is created and migrated by the owner, and the tests connect as the application's role,
+    to which the run grants TRUNCATE in the test database alone (tests flush tables between
+    transactional tests; the platform's role may not, since TRUNCATE ignores row security)."""
+    verbosity = request.config.option.verbose
+    with django_db_blocker.unblock(), as_owner():
+        config = setup_databases(verbosity=verbosity, interactive=False, keepdb=django_db_keepdb)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.SQL("GRANT TRUNCATE ON ALL TABLES IN SCHEMA public TO {}").format(
+                    sql.Identifier(django_settings.DATABASE_APPLICATION_ROLE)
+                )
+            )
+    yield
+    if not django_db_keepdb:
+        with django_db_blocker.unblock(), as_owner():
+            _disconnect_others()  # connections a test's threads left checked out
+            teardown_databases(config, verbosity=verbosity)
+
+
+def _disconnect_others() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tests_act_as_the_system() -> Iterator[None]:
+    """A test's own code (its fixtures, its checks) reads and writes every tenant's rows, as
+    the named system context ``tests``. What it calls acts as it would in production: a
+    request from the tenant it authenticates, a task from its thread's tenant."""
+    with system_scope("tests"):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,16 @@ from __future__ import annotations
 import os
 from typing import Final
 
+from config import dbroles
+
 LOOPBACK_NETWORKS: Final = "127.0.0.0/8,::1/128"
 
 os.environ["EGRESS_ALLOWED_NETWORKS"] = LOOPBACK_NETWORKS  # noqa: TID251 - the run's own environment
+# A statement on a tenant-owned table outside any tenant or system context fails the test
+# that ran it (common.tenant_wall), in this process and in the workers it starts.
+os.environ["TENANT_WALL_STRICT"] = "true"  # noqa: TID251 - the run's own environment
+# Run directly (not through `make test`), one owner's URL becomes the two roles' URLs.
+if os.environ.get("DATABASE_URL") and not os.environ.get("DATABASE_MIGRATE_URL"):  # noqa: TID251
+    _application, _owner = dbroles.split(os.environ["DATABASE_URL"])  # noqa: TID251
+    if _owner is not None:
+        os.environ["DATABASE_URL"], os.environ["DATABASE_MIGRATE_URL"] = _application, _owner  # noqa: TID251

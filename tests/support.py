@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import http.client
 import socket
+import threading
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
 
 
@@ -67,3 +72,33 @@ def postgres_unreachable(port: int | None = None, pool_timeout: float = 1) -> It
         db.close_pool()  # type: ignore[attr-defined]  # not in django-stubs 5.2
         settings_dict["PORT"] = saved_port
         settings_dict["OPTIONS"] = saved_options
+
+
+class ContextThread(threading.Thread):
+    """A test's own thread, acting as the test's code does: in a copy of the context of the
+    code that made it (the named system context ``tests``; common.tenant_wall)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._context = contextvars.copy_context()
+
+    def run(self) -> None:
+        self._context.run(super().run)
+
+
+@contextlib.contextmanager
+def owner_database() -> Iterator[BaseDatabaseWrapper]:
+    """A connection of the tables' owner to the test database, of its own and unpooled, for
+    the DDL a test needs (the tests' own connection is the application's role, which may
+    alter nothing; common.tenant_wall)."""
+    owner = settings.DATABASE_OWNER or connection.settings_dict
+    options = {key: value for key, value in connection.settings_dict["OPTIONS"].items()
+               if key != "pool"}  # fmt: skip
+    credentials = {key: owner[key] for key in ("USER", "PASSWORD", "HOST", "PORT")}
+    wrapper = type(connections[DEFAULT_DB_ALIAS])(
+        {**connection.settings_dict, **credentials, "OPTIONS": options}, alias="test_owner"
+    )
+    try:
+        yield wrapper
+    finally:
+        wrapper.close()

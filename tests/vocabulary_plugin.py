@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from common.tenant_wall import as_owner
 from compaction.models import Compaction, CompactionStatus
 from threads.broadcast import broadcast
 from threads.events import outbox
@@ -217,6 +219,11 @@ def recorder_install(database: BaseDatabaseWrapper = connection, *, schema: str 
                 f"CREATE OR REPLACE TRIGGER {schema}_status AFTER INSERT OR UPDATE OF status "
                 f"ON {table} FOR EACH ROW EXECUTE FUNCTION {schema}.status_seen()"
             )
+        role = settings.DATABASE_APPLICATION_ROLE  # the triggers run as the application
+        cursor.execute(f'GRANT USAGE ON SCHEMA {schema} TO "{role}"')
+        cursor.execute(
+            f'GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO "{role}"'
+        )
 
 
 def recorder_read(database: BaseDatabaseWrapper = connection, *, schema: str = SCHEMA) -> set[str]:
@@ -345,7 +352,7 @@ def _vocabulary_recorder(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     request.getfixturevalue("django_db_setup")
     blocker = request.getfixturevalue("django_db_blocker")
-    with blocker.unblock():
+    with blocker.unblock(), as_owner():  # triggers on the owner's tables
         recorder_install()
     ephemeral = EphemeralRecorder()
 

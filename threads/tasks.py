@@ -1,4 +1,7 @@
-"""Celery tasks of threads: thin wrappers that take ids and call the runtime."""
+"""Celery tasks of threads: thin wrappers that take ids and call the runtime.
+
+Each acts for one tenant, its row's (common.tenant_wall), or, for beat's duties, which span
+tenants, in the named system context ``beat:<duty>``."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from django.conf import settings
 from django.db.models import Min
 
 from common.duties import duty_idle_until
+from common.tenant_wall import system_scope, tenant_scope_of
 from threads.events.webhooks import DELIVER_TASK
 from threads.events.webhooks import SWEEP_TASK as SWEEP_WEBHOOKS
 from threads.models import (
@@ -56,10 +60,11 @@ def drive_thread(thread_id: str, tenant_id: str | None = None, attempt: int = 0)
     """Run the thread's pending work (idempotent: the lock makes duplicates no-ops).
     ``tenant_id`` is the thread's (optional: read from the thread when absent); ``attempt``
     counts the drives in a row an outage cut short."""
-    thread_drive(thread_id=thread_id, tenant_id=tenant_id, attempt=attempt)
+    thread_drive(thread_id=thread_id, tenant_id=tenant_id, attempt=attempt)  # in its tenant
 
 
 @shared_task(name="threads.sweep_threads", ignore_result=True)
+@system_scope("beat:sweep_threads")
 def sweep_threads() -> int:
     """Beat: wake threads whose work has no live worker; release the spend reservations of
     flows whose lock is gone and the turns whose budget or quota wait is over."""
@@ -74,6 +79,7 @@ def sweep_threads() -> int:
 
 
 @shared_task(name=EXPIRE_TASK, ignore_result=True)
+@system_scope("beat:expire_actions")
 def expire_actions() -> int:
     """Beat: resolve the actions nobody answered in time (their turns resume)."""
     expired = actions_expire()
@@ -87,10 +93,12 @@ def expire_actions() -> int:
 @shared_task(name=FIRE_TASK, ignore_result=True)
 def fire_effect(effect_id: str) -> str | None:
     """Run a scheduled effect once it is due (a duplicate delivery is a no-op)."""
-    return effect_fire(effect_id)
+    with tenant_scope_of(ScheduledEffect, effect_id):
+        return effect_fire(effect_id)
 
 
 @shared_task(name=SWEEP_EFFECTS, ignore_result=True)
+@system_scope("beat:sweep_effects")
 def sweep_effects() -> int:
     """Beat: deliver effects falling due that have no delivery, and those whose was lost."""
     sent = effects_sweep()
@@ -103,6 +111,7 @@ def sweep_effects() -> int:
 
 
 @shared_task(name="threads.prune_effects", ignore_result=True)
+@system_scope("beat:prune_effects")
 def prune_effects() -> int:
     """Beat: drop effect history past its retention."""
     pruned = effects_prune()
@@ -112,6 +121,7 @@ def prune_effects() -> int:
 
 
 @shared_task(name=FIRE_SCHEDULES_TASK, ignore_result=True)
+@system_scope("beat:fire_schedules")
 def fire_schedules() -> int:
     """Beat: run the recurring schedules that are due, once each."""
     fired = schedules_fire()
@@ -125,10 +135,12 @@ def fire_schedules() -> int:
 @shared_task(name=DELIVER_TASK, ignore_result=True)
 def deliver_webhook(delivery_id: str) -> str | None:
     """One attempt of a webhook delivery (a duplicate finds it taken)."""
-    return webhook_deliver(delivery_id)
+    with tenant_scope_of(WebhookDelivery, delivery_id):
+        return webhook_deliver(delivery_id)
 
 
 @shared_task(name=SWEEP_WEBHOOKS, ignore_result=True)
+@system_scope("beat:sweep_webhooks")
 def sweep_webhooks() -> int:
     """Beat: re-send webhook deliveries whose message or worker was lost."""
     resent = webhooks_sweep()

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from django.db import connection, transaction
 
+from common import tenant_wall
 from common.errors import DomainError
 from common.outages import OUTAGE_ERRORS
 from common.redis_client import redis_client
@@ -150,7 +151,9 @@ class Crossing:
 # change (the budget_changed signal) bumps it once committed, so the next call anywhere reads
 # them again. Entries also expire after BUDGETS_CACHE_S, in case a bump was lost to an outage.
 BUDGETS_CACHE_S = 60.0
-_cached: dict[uuid.UUID, tuple[bytes | None, float, list[BudgetRow]]] = {}
+# By tenant and by the context that read them (common.tenant_wall): what code acting for one
+# context read is never answered to another.
+_cached: dict[tuple[uuid.UUID, tuple[str, str]], tuple[bytes | None, float, list[BudgetRow]]] = {}
 
 
 def _version_key(tenant_id: Any) -> str:
@@ -165,14 +168,15 @@ def budgets_of(tenant_id: uuid.UUID) -> list[BudgetRow]:
         version = cast(bytes | None, redis_client().get(_version_key(tenant_id)))
     except OUTAGE_ERRORS:
         return _budgets_read(tenant_id)
-    hit = _cached.get(tenant_id)
+    key = (tenant_id, tenant_wall.current())
+    hit = _cached.get(key)
     now = time.monotonic()
     if hit is not None and hit[0] == version and hit[1] > now:
         return hit[2]
     rows = _budgets_read(tenant_id)
     if len(_cached) > 10_000:
         _cached.clear()
-    _cached[tenant_id] = (version, now + BUDGETS_CACHE_S, rows)
+    _cached[key] = (version, now + BUDGETS_CACHE_S, rows)
     return rows
 
 
@@ -184,12 +188,17 @@ def budgets_forget(sender: object = None, *, tenant_id: Any = None, **_: Any) ->
         _cached.clear()
         return
     tenant = uuid.UUID(str(tenant_id))
-    _cached.pop(tenant, None)
+    _uncache(tenant)
     transaction.on_commit(lambda: _bump(tenant), robust=True)
 
 
+def _uncache(tenant_id: uuid.UUID) -> None:
+    for key in [key for key in list(_cached) if key[0] == tenant_id]:
+        _cached.pop(key, None)
+
+
 def _bump(tenant_id: uuid.UUID) -> None:
-    _cached.pop(tenant_id, None)
+    _uncache(tenant_id)
     try:
         client = redis_client()
         key = _version_key(tenant_id)

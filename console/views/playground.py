@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.connections import connection_returned
 from common.errors import DomainError
+from common.tenant_wall import tenant_enter
 from console.scope import console_of, console_view
 from console.views.common import THREAD, tenant_thread, thread_page
 from threads.api.code import MAX_SOURCE_CHARS
@@ -184,6 +185,7 @@ async def code_run_view(request: HttpRequest, thread_id: uuid.UUID) -> HttpRespo
         raise
     if not isinstance(admitted, _Admitted):
         return admitted
+    tenant_enter(admitted.thread.tenant_id)  # the checks ran in a task of their own
     form = admitted.form
     try:
         body = await code_endpoint_run(

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
@@ -32,6 +32,7 @@ from django.utils.decorators import sync_and_async_middleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 from common.db_backend.pool import reads_fail_fast
+from common.tenant_wall import bound, request_scope
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Requests that only read: they may fail fast during a database outage.
@@ -169,22 +170,30 @@ def database_reads_fail_fast(get_response: Any) -> Any:
     """Middleware: a ``GET``, ``HEAD`` or ``OPTIONS`` request waits for a database
     connection at most the pool's ``read_timeout`` while PostgreSQL is unreachable, and
     the API answers it ``503`` with ``Retry-After`` (:mod:`common.db_backend.pool`); other
-    requests wait the pool's full ``timeout``. It sets a context variable, on the event
-    loop under ASGI."""
+    requests wait the pool's full ``timeout``. And every request starts outside any tenant:
+    it sees no tenant's rows until it authenticates (:func:`common.tenant_wall.request_scope`).
+    It sets context variables, on the event loop under ASGI."""
 
     if iscoroutinefunction(get_response):
 
         async def async_middleware(request: HttpRequest) -> HttpResponseBase:
-            with reads_fail_fast(request.method in READS):
-                return await get_response(request)  # type: ignore[no-any-return]
+            with reads_fail_fast(request.method in READS), request_scope():
+                return _body_bound(await get_response(request))
 
         return async_middleware
 
     def middleware(request: HttpRequest) -> HttpResponseBase:
-        with reads_fail_fast(request.method in READS):
-            return get_response(request)  # type: ignore[no-any-return]
+        with reads_fail_fast(request.method in READS), request_scope():
+            return _body_bound(get_response(request))
 
     return middleware
+
+
+def _body_bound(response: HttpResponseBase) -> HttpResponseBase:
+    """A streamed body reads in its request's tenant context, after the request's end."""
+    if isinstance(response, StreamingHttpResponse):
+        response.streaming_content = bound(response.streaming_content)
+    return response
 
 
 # The Django middleware each of ours stands for (common.checks runs Django's checks of it).

@@ -40,7 +40,7 @@ from pathlib import Path
 import psycopg
 import redis
 
-from config import env
+from config import dbroles, env
 
 DATABASE_NAME = "platform"
 # PostgreSQL refuses to run as root; when we are root it runs as this user.
@@ -329,9 +329,28 @@ class Services:
     redis_url: str
     started: tuple[str, ...]
     """Names of the embedded servers this call started (not merely reused)."""
+    database_migrate_url: str | None = None
+    """The tables' owner, for migrations (None: ``database_url``'s role owns them)."""
 
     def environment(self) -> dict[str, str]:
-        return {"DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url}
+        urls = {"DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url}
+        if self.database_migrate_url is not None:
+            urls["DATABASE_MIGRATE_URL"] = self.database_migrate_url
+        return urls
+
+
+def _roles(database_url: str) -> tuple[str, str | None]:
+    """(application URL, owner URL): as configured when ``DATABASE_MIGRATE_URL`` is set, else
+    made from ``database_url`` (config.dbroles)."""
+    configured = (
+        env.database_migrate_url() if env.configured_service_urls()["DATABASE_URL"] else None
+    )
+    if configured is not None:
+        return database_url, configured
+    try:
+        return dbroles.split(database_url)
+    except psycopg.Error as error:
+        raise ServiceError(f"could not make the application's database role: {error}") from error
 
 
 def up() -> Services:
@@ -348,7 +367,10 @@ def up() -> Services:
             else:
                 database_url = postgres.start(preferred_port=55432)
                 started.append("postgres")
+        database_url, migrate_url = _roles(database_url)
+        if configured["DATABASE_URL"] is None:
             state["database_url"] = database_url
+            state["database_migrate_url"] = migrate_url
         redis_url = configured["REDIS_URL"]
         if redis_url is None:
             valkey = _valkey()
@@ -360,7 +382,7 @@ def up() -> Services:
                 started.append("valkey")
             state["redis_url"] = redis_url
         _write_state(state)
-    return Services(database_url, redis_url, tuple(started))
+    return Services(database_url, redis_url, tuple(started), migrate_url)
 
 
 def down(names: Sequence[str] = ("postgres", "valkey")) -> None:
@@ -370,6 +392,7 @@ def down(names: Sequence[str] = ("postgres", "valkey")) -> None:
         if "postgres" in names:
             _postgres().stop()
             state.pop("database_url", None)
+            state.pop("database_migrate_url", None)
         if "valkey" in names:
             _valkey().stop()
             state.pop("redis_url", None)

@@ -634,6 +634,22 @@ def database_url() -> str:
     return _service_url("DATABASE_URL", "database_url")
 
 
+def database_migrate_url() -> str | None:
+    """The URL migrations connect with: the role that owns the tables. Unset, migrations
+    use ``DATABASE_URL``'s role (then that role owns the tables; with a role that is no
+    superuser, the tenant wall still holds: its policies are forced on the owner too)."""
+    explicit = _get("DATABASE_MIGRATE_URL")
+    if explicit is not None or _get("DATABASE_URL") is not None or is_production():
+        return explicit
+    return _embedded_url("database_migrate_url")
+
+
+def tenant_wall_strict() -> bool:
+    """A statement on a tenant-owned table outside any tenant or system context raises
+    instead of seeing nothing (the test suite turns this on; common.tenant_wall)."""
+    return _bool("TENANT_WALL_STRICT", default=False)
+
+
 def redis_url() -> str:
     return _service_url("REDIS_URL", "redis_url")
 

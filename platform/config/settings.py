@@ -147,6 +147,8 @@ MIDDLEWARE = [
     "common.middleware.Common",
     "common.middleware.Csrf",
     "common.middleware.Authentication",
+    # The admin's pages act in the system context "admin" for staff users (tenancy.wall).
+    "tenancy.wall.admin_system_scope",
     "common.middleware.Messages",
     "common.middleware.FrameOptions",
     # Last: turns a login that axes refused into the lockout page (tenancy.logins); it only
@@ -184,6 +186,13 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": _database(env.database_url())}
+# The tenant wall (common.tenant_wall): the application's role (DATABASE_URL) owns no table
+# and is subject to row-level security; migrations connect as the owner when
+# DATABASE_MIGRATE_URL names one (tenancy's migrate command; docs/operations.md).
+_MIGRATE_URL = env.database_migrate_url()
+DATABASE_OWNER = _database(_MIGRATE_URL) if _MIGRATE_URL else None
+DATABASE_APPLICATION_ROLE = DATABASES["default"]["USER"]
+TENANT_WALL_STRICT = env.tenant_wall_strict()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.redis_url()

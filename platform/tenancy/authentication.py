@@ -20,6 +20,7 @@ from rest_framework.authentication import BaseAuthentication, SessionAuthenticat
 from rest_framework.request import Request
 
 from common.errors import AuthenticationFailed, AuthThrottled
+from common.tenant_wall import request_scope, tenant_enter, tenant_scope
 from tenancy.models import Role
 from tenancy.principals import Principal
 from tenancy.selectors import principal_for_user
@@ -67,6 +68,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         try:
             token = bearer_token(raw)
             principal = principal_for_api_key(token, remote_addr=request.META.get("REMOTE_ADDR"))
+            tenant_enter(principal.tenant.pk)  # for the rest of the request
             return AnonymousUser(), principal
         except AuthenticationFailed as error:
             # DRF recognises only its own exception as an authentication failure.
@@ -90,6 +92,7 @@ class TenantSessionAuthentication(SessionAuthentication):
             )
         except AuthenticationFailed as error:
             raise exceptions.AuthenticationFailed(error.message, code=error.code) from error
+        tenant_enter(principal.tenant.pk)  # for the rest of the request
         return user, principal
 
 
@@ -144,7 +147,10 @@ class PrincipalMiddleware:
         except (AuthenticationFailed, AuthThrottled) as error:
             scope["principal"] = None
             scope["auth_error"] = error.as_dict()
-        return await self.inner(scope, receive, send)
+        principal: Principal | None = scope["principal"]
+        # The socket acts for its principal's tenant, or for none (common.tenant_wall).
+        with tenant_scope(principal.tenant.pk) if principal else request_scope():
+            return await self.inner(scope, receive, send)
 
 
 def TenantAuthMiddlewareStack(inner: Any) -> Any:  # noqa: N802 - mirrors Channels' naming

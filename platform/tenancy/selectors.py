@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from common.errors import AuthenticationFailed, NotFound
+from common.tenant_wall import system_scope
 from tenancy.models import Membership, Role, Tenant
 from tenancy.principals import Principal
 
@@ -19,6 +20,7 @@ def tenant_get(*, slug: str) -> Tenant:
         raise NotFound(f"no tenant with slug {slug!r}", field="tenant") from error
 
 
+@system_scope("memberships")  # a user's memberships span tenants
 def membership_list(*, user: User) -> list[Membership]:
     """``user``'s memberships in active tenants, by tenant slug (the console's tenant
     switcher)."""
@@ -26,6 +28,7 @@ def membership_list(*, user: User) -> list[Membership]:
     return list(rows.order_by("tenant__slug"))
 
 
+@system_scope("memberships")
 def principal_for_user(*, user: User, tenant_slug: str | None) -> Principal:
     """The principal of a logged-in user, in the tenant named by ``tenant_slug``.
 

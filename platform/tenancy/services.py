@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 
 from common.errors import AuthenticationFailed, Conflict, NotFound, ValidationFailed
 from common.ids import new_id
+from common.tenant_wall import system_scope
 from common.time import now
 from common.tokens import token_bump_now_and_after_commit, token_get
 from tenancy.encryption import new_wrapped_data_key
@@ -123,6 +124,7 @@ def api_key_revoke(*, tenant: Tenant, api_key_id: uuid.UUID | str) -> ApiKey:
     return api_key
 
 
+@system_scope("authentication")  # the key's tenant is what this finds out
 def api_key_authenticate(*, raw_key: str) -> ApiKey:
     """The active key matching ``raw_key``; its tenant is loaded alongside.
 
@@ -241,6 +243,7 @@ def ws_ticket_issue(*, principal: Principal) -> WsTicket:
     return WsTicket(ticket=ticket, expires_in=WS_TICKET_TTL_S)
 
 
+@system_scope("authentication")
 def ws_ticket_redeem(*, ticket: str) -> Principal:
     """The principal a ticket stands for; the ticket is spent. The key or membership is
     checked again (a key revoked since the ticket was issued does not connect).

@@ -26,7 +26,7 @@ from common.db_backend.pool import (
     reads_fail_fast,
 )
 from tenancy.models import Role, Tenant
-from tests.support import closed_port, postgres_unreachable
+from tests.support import ContextThread, closed_port, postgres_unreachable
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,7 +117,7 @@ def test_a_read_waits_for_a_busy_pool_past_its_read_timeout() -> None:
             with reads_fail_fast():
                 got.append(_timed(pool.getconn))
 
-        reader = threading.Thread(target=read)
+        reader = ContextThread(target=read)
         reader.start()
         time.sleep(READ_TIMEOUT_S * 3)
         pool.putconn(held)

@@ -4,7 +4,6 @@ the next step reads (compaction.history)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from compaction.models import Compaction, CompactionStatus
 from compaction.services import compaction_revert
 from tenancy.models import Role, Tenant
 from tests.factories import make_thread
+from tests.support import ContextThread
 from threads.models import Event, Thread
 from threads.services.messages import message_inject
 
@@ -291,7 +291,7 @@ def test_a_revert_waits_for_one_in_progress_then_is_409(
         finally:
             connection.close()
 
-    second = threading.Thread(target=revert)
+    second = ContextThread(target=revert)
     with transaction.atomic():
         compaction_revert(thread=thread, compaction_id=newer.id)
         second.start()

@@ -48,6 +48,7 @@ def sandbox(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
     var.chmod(0o755)
     monkeypatch.setenv("PLATFORM_VAR_DIR", str(var))
     monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_MIGRATE_URL", raising=False)
     monkeypatch.delenv("REDIS_URL", raising=False)
     try:
         yield Sandbox(var, outer_database_url, outer_redis_url, outer_services_json)
@@ -82,25 +83,35 @@ def test_up_starts_reuses_and_down_stops_real_servers(sandbox: Sandbox) -> None:
     services = devservices.up()
 
     assert services.started == ("postgres", "valkey")
-    assert services.database_url.startswith("postgresql://postgres@127.0.0.1:")
+    # Migrations as the server's superuser, the tables' owner; the platform as the
+    # application's role beside it, which owns nothing (config.dbroles).
+    owner = services.database_migrate_url
+    assert owner is not None
+    assert owner.startswith("postgresql://postgres@127.0.0.1:")
+    assert owner.endswith("/platform")
+    assert services.database_url.startswith("postgresql://platform_app:")
     assert services.database_url.endswith("/platform")
     assert services.redis_url.startswith("redis://127.0.0.1:")
     # Its own servers, not the ones this test run is using.
     assert services.database_url != sandbox.outer_database_url
     assert services.redis_url != sandbox.outer_redis_url
     assert _select_one(services.database_url) == 1
+    assert _select_one(owner) == 1
     assert _ping(services.redis_url) is True
     assert sandbox.recorded() == {
         "database_url": services.database_url,
+        "database_migrate_url": owner,
         "redis_url": services.redis_url,
     }
     assert services.environment() == {
         "DATABASE_URL": services.database_url,
+        "DATABASE_MIGRATE_URL": owner,
         "REDIS_URL": services.redis_url,
     }
     assert (sandbox.var / "postgres" / "data" / "PG_VERSION").exists()
     # config.env now finds them in development.
     assert env.database_url() == services.database_url
+    assert env.database_migrate_url() == owner
     assert env.redis_url() == services.redis_url
 
     again = devservices.up()
@@ -132,7 +143,10 @@ def test_down_stops_only_the_named_server(sandbox: Sandbox) -> None:
     devservices.down(["valkey"])
 
     assert devservices.status() == {"postgres": "running", "valkey": "stopped"}
-    assert sandbox.recorded() == {"database_url": services.database_url}
+    assert sandbox.recorded() == {
+        "database_url": services.database_url,
+        "database_migrate_url": services.database_migrate_url,
+    }
     assert _select_one(services.database_url) == 1
 
     restarted = devservices.up()
@@ -165,7 +179,8 @@ def test_exec_runs_the_command_with_the_urls_and_stops_what_it_started(
     seen = sandbox.var / "seen.json"
     child = (
         "import json, os, sys; "
-        "json.dump({k: os.environ[k] for k in ('DATABASE_URL', 'REDIS_URL')}, "
+        "json.dump({k: os.environ[k] for k in ('DATABASE_URL', 'DATABASE_MIGRATE_URL', "
+        "'REDIS_URL')}, "
         "open(sys.argv[1], 'w')); sys.exit(3)"
     )
 
@@ -173,7 +188,8 @@ def test_exec_runs_the_command_with_the_urls_and_stops_what_it_started(
 
     assert returncode == 3
     urls = json.loads(seen.read_text())
-    assert urls["DATABASE_URL"].startswith("postgresql://postgres@127.0.0.1:")
+    assert urls["DATABASE_URL"].startswith("postgresql://platform_app:")
+    assert urls["DATABASE_MIGRATE_URL"].startswith("postgresql://postgres@127.0.0.1:")
     assert urls["REDIS_URL"].startswith("redis://127.0.0.1:")
     assert urls["DATABASE_URL"] != sandbox.outer_database_url
     assert devservices.status() == {"postgres": "stopped", "valkey": "stopped"}

@@ -42,7 +42,7 @@ from config.launcher import (
     run_environment,
     supervisor_for,
 )
-from tests.support import current_database_url, server_warm_up
+from tests.support import ContextThread, current_database_url, server_warm_up
 from tests.worker import Worker
 
 Json = dict[str, Any]
@@ -367,7 +367,7 @@ def make_run(
         log_dir=directory, redis_url=redis_server.url,
     )  # fmt: skip
     stop = threading.Event()
-    checks = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
+    checks = ContextThread(target=supervisor.run, args=(stop,), daemon=True)
     supervisor.start_all()
     checks.start()
     try:

@@ -24,7 +24,7 @@ import pytest
 from config.launcher import background_server
 from tenancy.models import Role
 from tests.factories import make_api_key, make_tenant, make_thread
-from tests.support import current_database_url, server_warm_up
+from tests.support import ContextThread, current_database_url, server_warm_up
 from threads.models import MessageRole
 from threads.services.messages import message_inject
 
@@ -110,7 +110,7 @@ class Flood:
         self._stopping = threading.Event()
         self._start = threading.Barrier(calls)
         self._threads = [
-            threading.Thread(target=self._fire, args=(port, tenant, pause_s), daemon=True)
+            ContextThread(target=self._fire, args=(port, tenant, pause_s), daemon=True)
             for _ in range(calls)
         ]
 
@@ -166,7 +166,7 @@ def test_thirty_infinite_loops_from_one_tenant_leave_the_others_fast(server: int
         neighbour_answers: list[Answer] = []
         # Two clients of B: both read, one runs code too (B's own limit is one call at once).
         workers = [
-            threading.Thread(
+            ContextThread(
                 target=lambda runs=runs: neighbour_answers.extend(
                     _neighbour_calls(server, neighbour, until=started + WINDOW_S, run_code=runs)
                 )

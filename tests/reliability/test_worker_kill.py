@@ -30,6 +30,7 @@ from tests.reliability.platform import (
     chat_bundle,
     platform_processes,
 )
+from tests.support import ContextThread
 from tests.worker import Worker
 from threads.models import TURN_TERMINAL, Event, Log, Message, MessageRole, RunStatus, Turn
 from threads.services.threads import thread_create
@@ -64,7 +65,7 @@ class Follower:
             additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=10,
         )  # fmt: skip
         self._socket = self._connection.__enter__()
-        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader = ContextThread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:

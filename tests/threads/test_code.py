@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -25,7 +24,7 @@ from agents.providers.base import AbortSignal
 from sandbox import UNDEFINED, JSMap, TypedArray
 from tenancy.models import Role
 from tests.factories import make_api_key
-from tests.support import current_database_url
+from tests.support import ContextThread, current_database_url
 from threads.api import code as code_api
 from threads.models import Log, Thread
 from threads.services import code_endpoint as code_endpoint_service
@@ -467,7 +466,7 @@ def test_a_runner_slot_is_handed_to_a_waiter_on_another_event_loop() -> None:
     slots = RunnerSlots(1)
     assert asyncio.run(slots.take(timeout=0))
     got: list[bool] = []
-    waiter = threading.Thread(target=lambda: got.append(asyncio.run(slots.take(timeout=5))))
+    waiter = ContextThread(target=lambda: got.append(asyncio.run(slots.take(timeout=5))))
     waiter.start()
     time.sleep(0.1)
 

@@ -16,6 +16,7 @@ from pytest_django.fixtures import Settings
 from agents.documents import CodeToolDoc
 from agents.registry import ToolResult
 from sandbox import CodeExecution
+from tests.support import ContextThread
 from threads.services.code import SANDBOX_LEASE, SandboxBusy, code_pool, code_run, code_tool_run
 from threads.services.leases import lease_count
 
@@ -92,10 +93,10 @@ def test_a_tenant_at_its_share_waits_in_order_while_another_tenant_runs_at_once(
         assert _spin(noisy, 700).status == "success"
         finished.append((name, time.monotonic() - started))
 
-    first = threading.Thread(target=noisy_call, args=("first",))
+    first = ContextThread(target=noisy_call, args=("first",))
     first.start()
     time.sleep(0.2)  # the first holds the noisy tenant's one turn
-    second = threading.Thread(target=noisy_call, args=("second",))
+    second = ContextThread(target=noisy_call, args=("second",))
     second.start()
     time.sleep(0.1)
 
@@ -116,7 +117,7 @@ def test_a_tenant_whose_turn_does_not_come_in_time_gets_an_error_naming_its_shar
     settings.SANDBOX_TENANT_CONCURRENCY, settings.SANDBOX_WAIT_S = 1, 1
     tenant = uuid.uuid4()
     code_pool().wait_ready(10)
-    holder = threading.Thread(target=_spin, args=(tenant, 2500))
+    holder = ContextThread(target=_spin, args=(tenant, 2500))
     holder.start()
     time.sleep(0.3)
 

@@ -31,7 +31,7 @@ from config.routing import websocket_urlpatterns
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key, make_thread
-from tests.support import current_database_url, server_warm_up
+from tests.support import ContextThread, current_database_url, server_warm_up
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads import streams
 from threads.broadcast import broadcast_many
@@ -266,9 +266,7 @@ def test_a_turn_stream_ends_with_turn_completed_when_its_live_message_was_droppe
     dropped.drop = lambda envelope: envelope["type"] == "turn.completed"
     with _stream(port, f"/api/v1/turns/{turn.id}/stream", key) as frames:
         assert next(frames)["type"] == "queue.changed"  # replayed: the stream follows the turn
-        runner = threading.Thread(
-            target=contextvars.copy_context().run, args=(_drive, engine, thread)
-        )
+        runner = ContextThread(target=contextvars.copy_context().run, args=(_drive, engine, thread))
         runner.start()
         try:
             received = list(frames)  # the server ends the stream after the turn's end

@@ -5,7 +5,6 @@ Through real workers (a kill -9 among 1,000 effects): test_effects_e2e.py."""
 
 from __future__ import annotations
 
-import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from common.errors import Conflict, ValidationFailed
 from common.time import now_us
 from tenancy.models import Role, Tenant
 from tests.factories import make_thread
+from tests.support import ContextThread
 from threads.models import Event, Message, ScheduledEffect, Thread, Turn
 from threads.runtime import effects as firing_module
 from threads.runtime.effects import effect_fire
@@ -178,9 +178,7 @@ def test_concurrent_deliveries_run_the_handler_once(
             connection.close()
 
     # Each thread sees the test's registry (a context variable) through a copy of its context.
-    workers = [
-        threading.Thread(target=contextvars.copy_context().run, args=(deliver,)) for _ in range(4)
-    ]
+    workers = [ContextThread(target=deliver) for _ in range(4)]
     for worker in workers:
         worker.start()
     for worker in workers:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import threading
 import time
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from common.ids import new_id
 from tenancy.models import Tenant
 from tests.factories import make_thread
+from tests.support import ContextThread
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads.broadcast import broadcast_flush
 from threads.events import (
@@ -359,7 +359,7 @@ def _race(thread: Thread, plan: list[list[str]]) -> None:
         finally:
             connection.close()
 
-    workers = [threading.Thread(target=run, args=(ops, n)) for n, ops in enumerate(plan)]
+    workers = [ContextThread(target=run, args=(ops, n)) for n, ops in enumerate(plan)]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -421,7 +421,7 @@ def test_twenty_concurrent_flows_and_a_writer_keep_every_threads_log_gap_free(
             finally:
                 connection.close()
 
-        return threading.Thread(target=contextvars.copy_context().run, args=(run,))
+        return ContextThread(target=run)
 
     def write_everywhere() -> None:
         for round_ in range(3):
@@ -485,7 +485,7 @@ def test_a_new_kv_key_waiting_on_the_event_counter_lets_the_holder_commit(tenant
         finally:
             connection.close()
 
-    runs = [threading.Thread(target=holder), threading.Thread(target=writer)]
+    runs = [ContextThread(target=holder), ContextThread(target=writer)]
     for run in runs:
         run.start()
     for run in runs:

@@ -6,7 +6,6 @@ through Redis, as a worker's would.
 
 from __future__ import annotations
 
-import contextvars
 import http.client
 import json
 import threading
@@ -22,7 +21,7 @@ from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tenancy.services import api_key_revoke
 from tests.factories import make_api_key, make_thread
-from tests.support import current_database_url
+from tests.support import ContextThread, current_database_url
 from tests.threads.runtime.conftest import Engine, engine, prompt  # noqa: F401 - the fixture
 from threads.models import Event, Thread
 
@@ -78,7 +77,7 @@ def _drive_in_background(engine: Engine, thread: Thread) -> threading.Thread:  #
             connection.close()
 
     # The scoped tool registry lives in a context variable: the flow's thread needs it.
-    runner = threading.Thread(target=contextvars.copy_context().run, args=(drive,))
+    runner = ContextThread(target=drive)
     runner.start()
     return runner
 

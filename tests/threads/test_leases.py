@@ -12,6 +12,7 @@ from typing import cast
 import pytest
 
 from common.redis_client import redis_client
+from tests.support import ContextThread
 from threads.services.leases import (
     _QUEUED_ACQUIRE_LUA,
     Lease,
@@ -125,7 +126,7 @@ def test_waiters_are_granted_in_the_order_they_asked_as_slots_free() -> None:
 
     waiters = []
     for index in range(4):  # each joins the queue before the next starts
-        waiters.append(threading.Thread(target=wait, args=(index,)))
+        waiters.append(ContextThread(target=wait, args=(index,)))
         waiters[-1].start()
         _until(lambda joined=index + 1: _queued(tenant) == joined)  # type: ignore[misc]
     first.release()
@@ -143,7 +144,7 @@ def test_waiters_are_granted_in_the_order_they_asked_as_slots_free() -> None:
 def test_a_newcomer_does_not_pass_the_waiters_ahead_of_it() -> None:
     tenant = _tenant()
     held = lease_acquire(tenant_id=tenant, name="jobs", limit=1, ttl_ms=5_000)
-    waiter = threading.Thread(
+    waiter = ContextThread(
         target=lambda: lease_wait(
             tenant_id=tenant, name="jobs", limit=1, ttl_ms=5_000, timeout_s=10, until=_Never()
         )

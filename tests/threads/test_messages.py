@@ -9,6 +9,7 @@ from django.db import connection
 
 from tenancy.models import Tenant
 from tests.factories import make_thread
+from tests.support import ContextThread
 from threads.models import Message
 from threads.services.messages import history_json, message_inject, message_json
 
@@ -31,7 +32,7 @@ def test_concurrent_writers_get_consecutive_unique_seqs(tenant: Tenant) -> None:
         finally:
             connection.close()
 
-    writers = [threading.Thread(target=write, args=(n,)) for n in range(20)]
+    writers = [ContextThread(target=write, args=(n,)) for n in range(20)]
     for writer in writers:
         writer.start()
     for writer in writers:

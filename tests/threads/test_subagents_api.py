@@ -6,7 +6,6 @@ Flows run in this process (the ``engine`` fixture: scripted model, no worker).""
 
 from __future__ import annotations
 
-import contextvars
 import json
 import threading
 import uuid
@@ -22,6 +21,7 @@ from agents.registry import ToolResult, tool
 from common.time import now_us
 from tenancy.models import Role, Tenant
 from tests.answers import documented
+from tests.support import ContextThread
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Event, Log, Message, SubagentLink, Thread, Turn, VariableRequest
 from threads.runtime.spawn import Spawned, SpawnRequest, relationship_load, spawn_child
@@ -409,10 +409,7 @@ def test_twenty_concurrent_spawns_under_max_instances_five_create_exactly_five(
         finally:
             connection.close()
 
-    workers = [
-        threading.Thread(target=contextvars.copy_context().run, args=(spawn, index))
-        for index in range(20)
-    ]
+    workers = [ContextThread(target=spawn, args=(index,)) for index in range(20)]
     for worker in workers:
         worker.start()
     for worker in workers:

@@ -6,12 +6,14 @@ recorder counts what the outbox broadcasts; only the whole suite is checked."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.apps import apps
 from django.db import models, transaction
 
+from tests.support import owner_database
 from tests.vocabulary_plugin import (
     NEVER_STORED,
     VOCABULARIES,
@@ -96,11 +98,22 @@ def test_a_value_is_missing_until_one_of_its_names_is_seen() -> None:
     assert missing(set())["VariableRequest.Status"] == ["completed", "pending"]
 
 
-@pytest.mark.django_db
+@pytest.fixture
+def scratch() -> Iterator[None]:
+    """A recorder of the schema SCRATCH, installed by the tables' owner (and gone after)."""
+    with owner_database() as owner:
+        recorder_install(owner, schema=SCRATCH)
+        try:
+            yield
+        finally:
+            with owner.cursor() as cursor:
+                cursor.execute(f"DROP SCHEMA {SCRATCH} CASCADE")  # its triggers with it
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scratch")
 def test_the_database_records_what_is_written_even_when_rolled_back(thread: Thread) -> None:
     with recorder_paused():  # the suite's recorder: these writes prove no vocabulary
-        recorder_install(schema=SCRATCH)
-
         message_queue(thread=thread, role="user", content="hi")
         with contextlib.suppress(_Rollback), transaction.atomic():
             publish(thread, "kv.changed", {"key": "k", "deleted": False, "updated_at": 1})
@@ -117,11 +130,10 @@ def test_the_database_records_what_is_written_even_when_rolled_back(thread: Thre
         }  # fmt: skip
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("scratch")
 def test_a_paused_recorder_sees_nothing_until_the_pause_ends(thread: Thread) -> None:
     with recorder_paused():
-        recorder_install(schema=SCRATCH)
-
         with recorder_paused(schema=SCRATCH):
             publish(thread, "kv.changed", {"key": "k", "deleted": True, "updated_at": 1})
         paused = recorder_read(schema=SCRATCH)

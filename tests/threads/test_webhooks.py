@@ -7,7 +7,6 @@ Celery task's body); in production a worker runs them."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from standardwebhooks.webhooks import Webhook
 from tenancy.models import Role, Tenant
 from tests.answers import assert_answers, pages
 from tests.factories import make_thread
+from tests.support import ContextThread
 from threads.events import publish
 from threads.events import webhooks as enqueue_module
 from threads.models import Event, Thread, WebhookDelivery, WebhookEndpoint
@@ -60,7 +60,7 @@ def receiver() -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = server.server_address[1]
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving = ContextThread(target=server.serve_forever, daemon=True)
     serving.start()
     yield state
     server.shutdown()

@@ -23,7 +23,7 @@ from common.api import exception_handler
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key, make_member, make_tenant, make_thread
-from tests.support import closed_port, current_database_url, server_warm_up
+from tests.support import ContextThread, closed_port, current_database_url, server_warm_up
 from threads.models import IdempotencyKey, Thread, Turn
 from usage import quotas
 from usage.models import TenantQuota
@@ -377,7 +377,7 @@ class Hammer:
         self.port, self.key = port, key
         self.on, self.stopped = threading.Event(), threading.Event()
         self.answers: list[tuple[int, Any]] = []
-        self.loops = [threading.Thread(target=self._loop) for _ in range(HAMMERS)]
+        self.loops = [ContextThread(target=self._loop) for _ in range(HAMMERS)]
         for loop in self.loops:
             loop.start()
 

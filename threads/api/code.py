@@ -33,6 +33,7 @@ from common.connections import connection_returned
 from common.errors import DomainError
 from common.inputs import StrictInput
 from common.schema import error_response
+from common.tenant_wall import tenant_enter
 from sandbox.protocol import STATUSES
 from threads.api.base import ThreadScopedView
 from threads.models import Thread
@@ -188,6 +189,7 @@ def _served(view_class: type[RunCodeView]) -> AsyncView:
             raise
         if not isinstance(response, _Admitted):
             return response
+        tenant_enter(response.thread.tenant_id)  # the checks authenticated in a task of their own
         try:
             body = await code_endpoint_run(
                 thread=response.thread, source=response.source, options=response.options,

@@ -34,6 +34,7 @@ from django.db.models import Q
 from agents.providers.base import AbortSignal
 from common.db_backend.pool import busy_pool_waited_out
 from common.outages import OUTAGE_ERRORS
+from common.tenant_wall import tenant_of, tenant_scope
 from common.time import now_us
 from threads.models import (
     TURN_ACTIVE,
@@ -105,10 +106,10 @@ def thread_drive(
     ``attempt`` counts the drives in a row that an outage cut short (see
     :func:`outage_backoff_s`)."""
     if tenant_id is None:
-        tenant_id = Thread.objects.filter(pk=thread_id).values_list("tenant_id", flat=True).first()
+        tenant_id = tenant_of(Thread, thread_id)  # whose it is; then it acts for that tenant
         if tenant_id is None:
             return DriveResult(acquired=False)
-    with telemetry().drive(tenant_id=tenant_id, thread_id=thread_id):
+    with tenant_scope(tenant_id), telemetry().drive(tenant_id=tenant_id, thread_id=thread_id):
         return _drive(thread_id, tenant_id, runtime, parent_abort, attempt)
 
 
@@ -208,7 +209,8 @@ def _lock_lost(thread: Thread, fence: int, abort: AbortSignal) -> None:
 
     def retire() -> None:
         try:
-            fence_retire(thread=thread, fence=fence)
+            with tenant_scope(thread.tenant_id):
+                fence_retire(thread=thread, fence=fence)
         finally:
             connection.close()  # this thread's own connection, back to the pool
             abort.set()

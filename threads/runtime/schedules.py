@@ -24,6 +24,7 @@ from agents.selectors import definitions_scope
 from common.duties import duty_wake_on_commit
 from common.errors import DomainError, ValidationFailed
 from common.payloads import flag_field, known_keys_check, object_body, text_field
+from common.tenant_wall import tenant_scope
 from common.time import now_us
 from tenancy.models import Tenant
 from threads.models import Schedule, ScheduleAction, Thread, TurnSource
@@ -245,7 +246,7 @@ def schedules_fire(now: int | None = None) -> int:
 def _run(row: Schedule) -> dict[str, Any]:
     """One run of ``row`` in a savepoint: what it started, or the error that stopped it."""
     try:
-        with transaction.atomic():
+        with transaction.atomic(), tenant_scope(row.tenant_id):
             if row.action == ScheduleAction.EFFECT:
                 assert row.thread is not None
                 effect = effect_schedule(

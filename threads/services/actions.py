@@ -27,6 +27,7 @@ from agents.schemas import ArgumentsInvalid, validate_args
 from common.duties import duty_wake_on_commit
 from common.errors import Conflict, DomainError, NotFound, ValidationFailed
 from common.payloads import object_body
+from common.tenant_wall import tenant_scope
 from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import Action, ActionKind, ActionStatus, Message, Thread, Turn
@@ -328,7 +329,7 @@ def actions_expire() -> int:
     expired = 0
     for candidate in due:
         thread = candidate.thread
-        with transaction.atomic():
+        with transaction.atomic(), tenant_scope(thread.tenant_id):  # each in its tenant
             fence_check(thread=thread, fence=None)
             action = Action.objects.select_for_update().filter(pk=candidate.pk).first()
             if action is not None and action.status == ActionStatus.PENDING:

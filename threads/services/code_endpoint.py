@@ -23,6 +23,7 @@ from django.conf import settings
 from agents.providers.base import AbortSignal as FlowAbortSignal
 from common.connections import connection_release, connection_returned
 from common.errors import RateLimited, TemporarilyUnavailable
+from common.tenant_wall import tenant_scope
 from threads.models import Thread
 from threads.services.code import code_pool, code_result_json, code_run, code_settle_async
 from threads.services.code_usage import sandbox_charge, sandbox_payer
@@ -226,7 +227,8 @@ async def code_endpoint_run(
 
 
 def _endpoint_charge(execution: CodeExecution, *, thread: Thread) -> None:
-    sandbox_charge(execution, payer=sandbox_payer(thread=thread), name="runCode")
+    with tenant_scope(thread.tenant_id):  # also on an executor's thread
+        sandbox_charge(execution, payer=sandbox_payer(thread=thread), name="runCode")
 
 
 def _endpoint_charge_abandoned(execution: CodeExecution, thread: Thread) -> None:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import F
 
-from common.errors import Conflict
+from common.errors import Conflict, NotFound
 from common.rows import columns_of
 from common.time import now_us
 from tenancy.models import Tenant
@@ -91,7 +91,7 @@ def fence_acquire(*, thread: Thread) -> tuple[int, bool]:
     """
     with connection.cursor() as cursor:
         cursor.execute(_ACQUIRE, [thread.pk])
-        fence, *state = cursor.fetchone()
+        fence, *state = _found(cursor.fetchone(), thread)
     thread.fence = fence
     return fence, apply_state(thread, state)
 
@@ -131,7 +131,7 @@ def thread_refresh(*, thread: Thread) -> bool:
     in one statement; returns whether its turns wait."""
     with connection.cursor() as cursor:
         cursor.execute(_REFRESH, [thread.pk])
-        return apply_state(thread, cursor.fetchone())
+        return apply_state(thread, _found(cursor.fetchone(), thread))
 
 
 def apply_state(thread: Thread, state: Any) -> bool:
@@ -158,8 +158,16 @@ class LockedThread(NamedTuple):
     paused_turn_id: Any  # the turn resting on a person's decision (threads.services.actions)
 
 
+def _found(row: Any, thread: Thread) -> Any:
+    """``row``, the thread's; NotFound when there is none (the thread was deleted, or is
+    another tenant's than the one the code acts for)."""
+    if row is None:
+        raise NotFound(f"no thread {thread.pk}", field="thread_id")
+    return row
+
+
 def _checked(row: Any, thread: Thread, fence: int | None) -> LockedThread:
-    locked = LockedThread(*row)
+    locked = LockedThread(*_found(row, thread))
     if fence is not None and locked.fence != fence:
         raise StaleFence.of(thread, fence, now=locked.fence)
     return locked

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from common.tenant_wall import tenant_scope
 from common.time import now_us
 from threads.models import RunStatus, Thread, Turn
 from threads.services.fence import fence_check
@@ -27,7 +28,7 @@ RELEASE_BATCH = 500
 def waits_release(*, tenant_id: uuid.UUID) -> int:
     """Release every turn of the tenant that waits for a budget or quota. Answers how many."""
     turns = Turn.objects.filter(tenant_id=tenant_id, status=RunStatus.WAITING_RESOURCE)
-    return _release(turns.values_list("id", "thread_id")[:RELEASE_BATCH])
+    return _release(turns.values_list("id", "thread_id", "tenant_id")[:RELEASE_BATCH])
 
 
 def waits_release_due(*, now: int | None = None) -> int:
@@ -37,13 +38,13 @@ def waits_release_due(*, now: int | None = None) -> int:
     turns = Turn.objects.filter(status=RunStatus.WAITING_RESOURCE).extra(
         where=["(resume->'waiting'->>'retry_at')::bigint <= %s"], params=[moment]
     )
-    return _release(turns.values_list("id", "thread_id")[:RELEASE_BATCH])
+    return _release(turns.values_list("id", "thread_id", "tenant_id")[:RELEASE_BATCH])
 
 
 def _release(rows: Any) -> int:
     released = 0
-    for turn_id, thread_id in list(rows):
-        with transaction.atomic():
+    for turn_id, thread_id, tenant_id in list(rows):
+        with transaction.atomic(), tenant_scope(tenant_id):  # each in its tenant
             thread = Thread.objects.select_related("tenant").filter(pk=thread_id).first()
             if thread is None:
                 continue

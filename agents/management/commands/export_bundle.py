@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.bundles import bundle_dump, bundle_export
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from tenancy.selectors import tenant_get
 
 
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=["yaml", "json"], default="yaml")
         parser.add_argument("-o", "--output", help="write to this file instead of stdout")
 
+    @system_scope("command:export_bundle")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             tenant = tenant_get(slug=options["tenant"])

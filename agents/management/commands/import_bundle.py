@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agents.bundles import bundle_import, bundle_parse
 from agents.services import DefinitionInvalid
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from tenancy.selectors import tenant_get
 
 
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    @system_scope("command:import_bundle")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         source = options["file"]
         try:

@@ -15,6 +15,7 @@ from agents.demo.bundle import (
 from agents.services import definition_documents, document_json, parse_document
 from agents.validation import KINDS
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from tenancy.models import Tenant
 from tenancy.selectors import tenant_get
 
@@ -36,6 +37,7 @@ class Command(BaseCommand):
             "--reset", action="store_true", help="overwrite the demo definitions the tenant has"
         )
 
+    @system_scope("command:seed_demo_agents")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PLATFORM_MODE == "production":
             raise CommandError("seed_demo_agents is for development; not in production")

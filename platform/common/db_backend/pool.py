@@ -40,7 +40,10 @@ from time import monotonic
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
+
+from common import tenant_wall
 
 # Set for the length of a read request. A context variable, not an argument: Django asks
 # its backend for a connection deep inside the first query, wherever that happens.
@@ -95,6 +98,13 @@ class OutagePool(ConnectionPool[Any]):
         self._attempts_guard = threading.Lock()
         self._probing = threading.Lock()
         super().__init__(*args, **kwargs)
+
+    def putconn(self, conn: Any) -> None:
+        # The pool rolls back a connection returned inside a transaction, which may undo
+        # the tenant wall's settings made in it (common.tenant_wall).
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            tenant_wall.connection_forget(conn)
+        super().putconn(conn)
 
     def getconn(self, timeout: float | None = None) -> Any:
         if timeout is None and _patient.get():

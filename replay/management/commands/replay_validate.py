@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from replay.export import export_scope_session, export_scope_thread
 from replay.validate import Validation, validate_export, validate_scope, validation_lines
 from tenancy.selectors import tenant_get
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         scope.add_argument("--thread", help="validate this stored thread instead of a file")
         scope.add_argument("--session", help="validate every thread of this stored session")
 
+    @system_scope("command:replay_validate")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         given = [name for name in ("export", "thread", "session") if options[name]]
         if len(given) != 1:

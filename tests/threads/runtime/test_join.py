@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agents.registry import tool
+from tests.support import ContextThread
 from tests.threads.runtime.conftest import Engine, prompt
 from tests.threads.runtime.test_stops import in_background, wait_for
 from threads.models import Log, Message, Thread, Turn, TurnStrategy
@@ -183,7 +184,7 @@ def test_a_message_joining_while_the_turn_ends_is_never_orphaned(
         late = message_queue(
             thread=joining, role="user", content="one more", strategy=TurnStrategy.JOIN
         )
-        ender = threading.Thread(target=end, daemon=True)
+        ender = ContextThread(target=end, daemon=True)
         ender.start()
         ender.join(timeout=0.5)
         assert ender.is_alive()  # the end waits for the thread row

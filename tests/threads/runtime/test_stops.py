@@ -18,6 +18,7 @@ from django.db import connection
 
 from agents.registry import HookName, hook, tool
 from common.errors import Conflict
+from tests.support import ContextThread
 from tests.threads.runtime.conftest import Engine, Row, drive_with, prompt, rows
 from threads.models import Event, Log, Message, Thread, Turn
 from threads.runtime import stops as stops_module
@@ -581,7 +582,7 @@ def in_background(engine: Engine, thread: Thread) -> tuple[threading.Thread, lis
         finally:
             connection.close()
 
-    worker = threading.Thread(target=context.run, args=(drive,), daemon=True)
+    worker = ContextThread(target=context.run, args=(drive,), daemon=True)
     worker.start()
     return worker, results
 

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from common.time import now
 from tenancy.models import Role
 from tenancy.selectors import tenant_get
@@ -35,6 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--role", choices=Role.values, default=Role.MEMBER)
         parser.add_argument("--expires", help="30d, or an ISO 8601 datetime with offset")
 
+    @system_scope("command:create_api_key")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             issued = api_key_create(

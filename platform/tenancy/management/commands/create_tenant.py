@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from tenancy.services import tenant_create
 
 
@@ -15,6 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("slug", help="lowercase letters, digits and inner hyphens")
         parser.add_argument("--name", default="", help="display name (default: the slug)")
 
+    @system_scope("command:create_tenant")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             tenant = tenant_create(slug=options["slug"], name=options["name"])

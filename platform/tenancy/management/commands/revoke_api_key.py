@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.errors import DomainError
+from common.tenant_wall import system_scope
 from tenancy.models import ApiKey
 from tenancy.services import api_key_revoke
 
@@ -16,6 +17,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("key", help="key id, sap_<prefix>, or the full key")
 
+    @system_scope("command:revoke_api_key")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         ident: str = options["key"]
         if ident.startswith("sap_"):

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from common.tenant_wall import system_scope
 from tenancy.models import ApiKey, Role, Tenant
 from tenancy.services import api_key_create, membership_set, tenant_create
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the credentials as JSON")
 
+    @system_scope("command:seed_demo")  # an operator's command: every tenant's rows
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PLATFORM_MODE == "production":
             raise CommandError("seed_demo creates well-known demo credentials; not in production")
