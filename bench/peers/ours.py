@@ -178,11 +178,17 @@ def _celery(args: list[str], environment: dict[str, str], log: Path) -> subproce
 
 @contextmanager
 def running(*, database_url: str, redis_url: str, log_dir: Path) -> Iterator[Running]:
-    """Web, worker and beat on ``database_url`` (empty; migrated here) and ``redis_url``."""
+    """Web, worker and beat on ``database_url`` (empty; migrated here as its owner) and
+    ``redis_url``. They connect as the application's role of the configured
+    ``DATABASE_URL``, as in production, when the two roles are set apart."""
     queue = f"bench-peers-{uuid.uuid4().hex[:8]}"
+    application = database_url
+    if env.database_migrate_url():
+        application = with_database(env.database_url(), database_name(database_url))
     overrides = {
         "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DATABASE_URL": database_url,
+        "DATABASE_URL": application,
+        "DATABASE_MIGRATE_URL": database_url,
         "REDIS_URL": redis_url,
         "CELERY_QUEUE": queue,
         "LOG_LEVEL": LOG_LEVEL,

@@ -72,49 +72,41 @@ def current() -> tuple[str, str]:
     return _tenant.get() or "", _system.get() or ""
 
 
-def current_tenant_id() -> str | None:
-    return _tenant.get()
+@contextlib.contextmanager
+def _scope(tenant: str | None, system: str | None) -> Iterator[None]:
+    tenant_token, system_token = _tenant.set(tenant), _system.set(system)
+    try:
+        yield
+    finally:
+        _system.reset(system_token)
+        _tenant.reset(tenant_token)
 
 
 @contextlib.contextmanager
 def tenant_scope(tenant_id: uuid.UUID | str) -> Iterator[None]:
     """Within this block, statements see and write ``tenant_id``'s rows only (a system
     context around it is suspended)."""
-    tenant = _tenant.set(str(tenant_id))
-    system = _system.set(None)
-    try:
+    with _scope(str(tenant_id), None):
         yield
-    finally:
-        _system.reset(system)
-        _tenant.reset(tenant)
 
 
 @contextlib.contextmanager
 def system_scope(name: str) -> Iterator[None]:
     """Within this block, statements see every tenant's rows: for code whose work spans
-    tenants by design. ``name`` says which (``sweeper``, ``admin``, ``command:seed_demo``)."""
+    tenants by design. ``name`` says which (``routing``, ``admin``, ``command:seed_demo``).
+    Usable as a decorator too."""
     if not name:
         raise ValueError("a system context needs a name")
-    tenant = _tenant.set(None)
-    system = _system.set(name)
-    try:
+    with _scope(None, name):
         yield
-    finally:
-        _system.reset(system)
-        _tenant.reset(tenant)
 
 
 @contextlib.contextmanager
 def request_scope() -> Iterator[None]:
     """A request's bounds: it starts with no context (it sees nothing until it
     authenticates) and whatever it entered ends with it."""
-    tenant = _tenant.set(None)
-    system = _system.set(None)
-    try:
+    with _scope(None, None):
         yield
-    finally:
-        _system.reset(system)
-        _tenant.reset(tenant)
 
 
 def tenant_enter(tenant_id: uuid.UUID | str) -> None:
@@ -124,18 +116,12 @@ def tenant_enter(tenant_id: uuid.UUID | str) -> None:
     _system.set(None)
 
 
-@contextlib.contextmanager
-def tenant_scope_of(
-    model: Any, pk: uuid.UUID | str, tenant_id: uuid.UUID | str | None = None
-) -> Iterator[None]:
+def tenant_scope_of(model: Any, pk: uuid.UUID | str) -> contextlib.AbstractContextManager[None]:
     """:func:`tenant_scope` of the tenant owning ``model``'s row ``pk`` (a task given only
-    an id): ``tenant_id`` when the caller knows it, else read in the system context
-    ``routing``. A row that does not exist (or an id that is not one) gives no context:
-    the block sees nothing, as it would find nothing."""
-    if tenant_id is None:
-        tenant_id = tenant_of(model, pk)
-    with tenant_scope(tenant_id) if tenant_id is not None else request_scope():
-        yield
+    an id). A row that does not exist (or an id that is not one) gives no context: the
+    block sees nothing, as it would find nothing."""
+    tenant_id = tenant_of(model, pk)
+    return tenant_scope(tenant_id) if tenant_id is not None else request_scope()
 
 
 def tenant_of(model: Any, pk: uuid.UUID | str) -> Any:
@@ -163,14 +149,8 @@ def bound(content: Any) -> Any:
     request's context ended; bound, it reads as the request did."""
     captured = (_tenant.get(), _system.get())
 
-    @contextlib.contextmanager
-    def restored() -> Iterator[None]:
-        tenant, system = _tenant.set(captured[0]), _system.set(captured[1])
-        try:
-            yield
-        finally:
-            _system.reset(system)
-            _tenant.reset(tenant)
+    def restored() -> contextlib.AbstractContextManager[None]:
+        return _scope(*captured)
 
     if hasattr(content, "__aiter__"):
 

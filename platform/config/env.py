@@ -660,8 +660,13 @@ def configured_service_urls() -> dict[str, str | None]:
 
 
 def child_environment(overrides: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment plus ``overrides``, for processes we start."""
-    return {**os.environ, **overrides}
+    """This process's environment plus ``overrides``, for processes we start. A
+    ``DATABASE_URL`` given without a ``DATABASE_MIGRATE_URL`` drops the inherited one: the
+    owner's URL belongs to the database it was set beside."""
+    inherited = dict(os.environ)
+    if "DATABASE_URL" in overrides and "DATABASE_MIGRATE_URL" not in overrides:
+        inherited.pop("DATABASE_MIGRATE_URL", None)
+    return {**inherited, **overrides}
 
 
 # Production guard ----------------------------------------------------------

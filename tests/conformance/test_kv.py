@@ -172,6 +172,8 @@ def test_item_7_a_write_is_committed_before_set_returns(tenant: Tenant) -> None:
         dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"], host=host,
         port=db["PORT"] or None,
     ) as other:  # fmt: skip
+        # As the platform's processes connect: acting for the thread's tenant (the wall).
+        other.execute("SELECT set_config('app.tenant_id', %s, false)", [str(tenant.pk)])
         row = other.execute(
             "SELECT size FROM threads_threadvalue WHERE thread_id = %s AND key = %s",
             [thread.id, "durable"],

@@ -23,6 +23,7 @@ import pytest
 from django.db import connection
 from websockets.asyncio.client import connect
 
+from common.tenant_wall import tenant_scope
 from config.launcher import background_server
 from tenancy.models import Role, Tenant
 from tests.factories import make_api_key, make_thread
@@ -66,10 +67,11 @@ class Socket:
 def _write_one(thread: Thread, index: int) -> None:
     """One event, alternating two services that store and broadcast events."""
     try:
-        if index % 2:
-            ThreadState(thread).emit("tick", index)
-        else:
-            value_set(thread=thread, key="tick", value=index)
+        with tenant_scope(thread.tenant_id):  # as a flow of the thread's tenant writes
+            if index % 2:
+                ThreadState(thread).emit("tick", index)
+            else:
+                value_set(thread=thread, key="tick", value=index)
     finally:
         connection.close()
 

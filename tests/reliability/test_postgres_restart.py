@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from config import env
+from config import dbroles, env
 from config.devservices import EmbeddedPostgres
 from tests.reliability.platform import (
     Platform,
@@ -45,8 +45,10 @@ RETRIES_AFTER_503 = 5
 BUNDLE = chat_bundle([{"respond": {"text": "ok: {last_user_message}", "delay_ms": 300}}])
 SEED = """
 import django; django.setup()
+from common.tenant_wall import system_scope
 from tests.factories import make_api_key, make_tenant
-print(make_api_key(make_tenant("{slug}")).secret)
+with system_scope("tests"):
+    print(make_api_key(make_tenant("{slug}")).secret)
 """
 OUTAGE_READS = 5
 READ_503_WITHIN_S = 2.0
@@ -59,14 +61,19 @@ class PrivatePostgres:
     port: int = 0
 
     @property
-    def url(self) -> str:
+    def owner_url(self) -> str:
         return self.server.url(self.port)
+
+    @property
+    def url(self) -> str:
+        """The application's role, beside the server's superuser (config.dbroles)."""
+        return dbroles.application_url(self.owner_url)
 
     def restart(self, *, down_s: float) -> None:
         self.server.stop()
         time.sleep(down_s)
         url = self.server.start(self.port)
-        assert url == self.url, f"PostgreSQL came back on {url}, not {self.url}"
+        assert url == self.owner_url, f"PostgreSQL came back on {url}, not {self.owner_url}"
 
 
 @pytest.fixture(scope="module")
@@ -78,18 +85,20 @@ def postgres() -> Iterator[PrivatePostgres]:
     url = server.start(0)
     private = PrivatePostgres(server, int(url.rsplit(":", 1)[1].split("/")[0]))
     try:
-        _manage(["migrate", "--noinput"], private.url)
+        dbroles.ensure_application_role(private.owner_url)
+        _manage(["migrate", "--noinput"], private)
         yield private
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _manage(args: list[str], database_url: str, *, code: str | None = None) -> str:
+def _manage(args: list[str], postgres: PrivatePostgres, *, code: str | None = None) -> str:
     command = [sys.executable, "-c", code] if code else [sys.executable, "manage.py", *args]
     done = subprocess.run(
         command, cwd=env.REPO_DIR, capture_output=True, text=True, check=False, timeout=300,
-        env=env.child_environment({"DATABASE_URL": database_url,
+        env=env.child_environment({"DATABASE_URL": postgres.url,
+                                   "DATABASE_MIGRATE_URL": postgres.owner_url,
                                    "DJANGO_SETTINGS_MODULE": "config.settings"}),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -127,7 +136,7 @@ def _get(platform: Platform, api_key: str, path: str) -> Any:
 def test_postgres_restarts_lose_nothing_and_answer_no_500(
     postgres: PrivatePostgres, platform: Platform
 ) -> None:
-    api_key = _manage([], postgres.url, code=SEED.format(slug="restart"))
+    api_key = _manage([], postgres, code=SEED.format(slug="restart"))
     status, _, body = platform.request("POST", "/api/v1/bundles", key=api_key, body=BUNDLE)
     assert status == 200, body
     threads = []
@@ -188,7 +197,7 @@ def _timed_request(
 def test_reads_during_an_outage_answer_503_fast_and_recover(
     postgres: PrivatePostgres, platform: Platform
 ) -> None:
-    api_key = _manage([], postgres.url, code=SEED.format(slug="reads"))
+    api_key = _manage([], postgres, code=SEED.format(slug="reads"))
     assert _timed_request(platform, api_key, "GET", "/api/v1/threads")[0] == 200
 
     postgres.server.stop()

@@ -10,9 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from common.db_backend.base import SYNC_SQL
+from common.tenant_wall import system_scope, tenant_scope
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.events.webhooks import subscriptions
-from threads.models import Event
+from threads.models import Event, Thread
 from threads.runtime.driver import thread_drive
 from threads.services.inbox import message_queue
 
@@ -83,12 +85,16 @@ def test_a_run_commits_each_step_of_its_work_once(engine: Engine) -> None:
     engine.define(
         prompts=[prompt("p", tools=["echo"])], agents=[{"name": "chat", "side_a": {"prompt": "p"}}]
     )
+    # As on a worker serving the tenant: its connection already acts for the tenant.
     for _ in range(2):  # the first warms the caches (definitions, the tenant's env)
-        thread = engine.thread("chat")
-        message_queue(thread=thread, role="user", content="hi", wake=False)
-        engine.script.tool_calls([{"name": "echo", "arguments": {"text": "x"}}]).text("done")
-        with CaptureQueriesContext(connection) as driven:
-            thread_drive(thread_id=thread.pk, tenant_id=thread.tenant_id, runtime=engine.runtime())
+        with tenant_scope(engine.tenant.pk):
+            thread = engine.thread("chat")
+            message_queue(thread=thread, role="user", content="hi", wake=False)
+            engine.script.tool_calls([{"name": "echo", "arguments": {"text": "x"}}]).text("done")
+            with CaptureQueriesContext(connection) as driven:
+                thread_drive(
+                    thread_id=thread.pk, tenant_id=thread.tenant_id, runtime=engine.runtime()
+                )
 
     statements = _statements(driven)
     transactions = _transactions(statements)
@@ -100,3 +106,26 @@ def test_a_run_commits_each_step_of_its_work_once(engine: Engine) -> None:
     # locks the thread row before it ends the turn, so it sees every input that joined it.
     assert transactions[-1][0] == "SELECT"
     assert len(statements) == 42
+
+
+def test_a_connection_that_acted_for_another_context_costs_one_statement_more(
+    engine: Engine,
+) -> None:
+    """The tenant wall sets a connection's tenant when it changes, not per statement
+    (common.tenant_wall): a drive on a connection that last acted for the tenant takes no
+    extra statement; one that last acted for another context takes one, its ``set_config``."""
+    engine.define(prompts=[prompt("p")], agents=[{"name": "chat", "side_a": {"prompt": "p"}}])
+    driven: dict[str, list[str]] = {}
+    for last in ("warm-up", "tenant", "system"):
+        thread = engine.thread("chat")
+        message_queue(thread=thread, role="user", content="hi", wake=False)
+        engine.script.text("done")
+        with tenant_scope(engine.tenant.pk) if last == "tenant" else system_scope("tests"):
+            Thread.objects.filter(pk=thread.pk).exists()  # the connection's last context
+        with CaptureQueriesContext(connection) as queries:
+            thread_drive(thread_id=thread.pk, tenant_id=thread.tenant_id, runtime=engine.runtime())
+        driven[last] = [query["sql"] for query in queries.captured_queries]
+
+    assert SYNC_SQL not in driven["tenant"]
+    assert driven["system"][0] == SYNC_SQL
+    assert len(driven["system"]) == len(driven["tenant"]) + 1

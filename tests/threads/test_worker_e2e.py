@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from agents.bundles import bundle_import
+from common.tenant_wall import tenant_scope
 from tenancy.models import Tenant
 from tests.factories import make_tenant
 from tests.support import current_database_url
@@ -296,7 +297,8 @@ def test_fifty_concurrent_messages_are_persisted_once_in_fifo_order_one_flow_at_
             for burst in range(5):
                 time.sleep(max(0.0, start + burst * ROUND_S + sender * 0.025 - time.monotonic()))
                 content = f"message {burst}.{sender}"
-                sent.append(message_queue(thread=thread, role="user", content=content))
+                with tenant_scope(tenant.pk):  # as the API posts it, for the thread's tenant
+                    sent.append(message_queue(thread=thread, role="user", content=content))
             return sent
         finally:
             connection.close()

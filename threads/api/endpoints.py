@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from agents.registry import EndpointMethodNotAllowed, current_registry
 from common.errors import AuthenticationFailed, NotFound, PermissionDenied
+from common.tenant_wall import tenant_enter, tenant_of
 from tenancy.models import Role
 from tenancy.principals import Principal
 from threads.models import Thread
@@ -62,10 +63,11 @@ class ThreadEndpointView(APIView):
         public = [e for e in current_registry().endpoints if e.public]
         if not public:
             raise AuthenticationFailed("Authentication credentials were not provided.")
-        try:
-            return Thread.objects.select_related("tenant").get(id=thread_id)
-        except (Thread.DoesNotExist, ValueError) as error:
-            raise NotFound(f"no thread {thread_id}") from error
+        tenant_id = tenant_of(Thread, thread_id)  # an anonymous call acts for the thread's tenant
+        if tenant_id is None:
+            raise NotFound(f"no thread {thread_id}")
+        tenant_enter(tenant_id)
+        return Thread.objects.select_related("tenant").get(id=thread_id)
 
     @extend_schema(exclude=True)
     def get(self, request: Request, thread_id: str, route: str = "") -> Any:
