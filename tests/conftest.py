@@ -8,7 +8,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test.utils import setup_databases, teardown_databases
 from psycopg import sql
-from pytest_django.fixtures import Settings
+from pytest_django.fixtures import Settings, _get_databases_for_setup
 from rest_framework.test import APIClient
 
 from common.tenant_wall import as_owner, system_scope
@@ -33,8 +33,13 @@ def django_db_setup(
     to which the run grants TRUNCATE in the test database alone (tests flush tables between
     transactional tests; the platform's role may not, since TRUNCATE ignores row security)."""
     verbosity = request.config.option.verbose
-    with django_db_blocker.unblock(), as_owner():
-        config = setup_databases(verbosity=verbosity, interactive=False, keepdb=django_db_keepdb)
+    aliases, serialized = _get_databases_for_setup(request.session.items)
+    with django_db_blocker.unblock(), as_owner(), system_scope("tests"):
+        config = setup_databases(
+            verbosity=verbosity, interactive=False, keepdb=django_db_keepdb,
+            aliases=aliases,  # type: ignore[arg-type]  # a set of aliases, as pytest-django's
+            serialized_aliases=serialized,
+        )  # fmt: skip
         with connection.cursor() as cursor:
             cursor.execute(
                 sql.SQL("GRANT TRUNCATE ON ALL TABLES IN SCHEMA public TO {}").format(
@@ -43,7 +48,7 @@ def django_db_setup(
             )
     yield
     if not django_db_keepdb:
-        with django_db_blocker.unblock(), as_owner():
+        with django_db_blocker.unblock(), as_owner(), system_scope("tests"):
             _disconnect_others()  # connections a test's threads left checked out
             teardown_databases(config, verbosity=verbosity)
 

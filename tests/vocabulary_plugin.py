@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from common.tenant_wall import as_owner
+from common.tenant_wall import as_owner, system_scope
 from compaction.models import Compaction, CompactionStatus
 from threads.broadcast import broadcast
 from threads.events import outbox
@@ -352,12 +352,12 @@ def _vocabulary_recorder(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     request.getfixturevalue("django_db_setup")
     blocker = request.getfixturevalue("django_db_blocker")
-    with blocker.unblock(), as_owner():  # triggers on the owner's tables
+    with blocker.unblock(), as_owner(), system_scope("tests"):  # triggers on the owner's tables
         recorder_install()
     ephemeral = EphemeralRecorder()
 
     def read() -> set[str]:
-        with blocker.unblock():
+        with blocker.unblock(), system_scope("tests"):
             return recorder_read() | ephemeral.seen
 
     run.read = read
