@@ -22,11 +22,11 @@ django_stubs_ext.monkeypatch()
 PREPARE_THRESHOLD = 5
 
 
-def _database(url: str) -> dict[str, Any]:
+def _database(url: str, name: str = "DATABASE_URL") -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
         raise ImproperlyConfigured(
-            f"DATABASE_URL must be a postgresql:// URL, got scheme {parts.scheme!r}"
+            f"{name} must be a postgresql:// URL, got scheme {parts.scheme!r}"
         )
     options: dict[str, Any] = dict(parse_qsl(parts.query))
     # A per-process pool (psycopg_pool): under ASGI, Django's persistent connections
@@ -190,7 +190,7 @@ DATABASES = {"default": _database(env.database_url())}
 # and is subject to row-level security; migrations connect as the owner when
 # DATABASE_MIGRATE_URL names one (tenancy's migrate command; docs/operations.md).
 _MIGRATE_URL = env.database_migrate_url()
-DATABASE_OWNER = _database(_MIGRATE_URL) if _MIGRATE_URL else None
+DATABASE_OWNER = _database(_MIGRATE_URL, "DATABASE_MIGRATE_URL") if _MIGRATE_URL else None
 DATABASE_APPLICATION_ROLE = DATABASES["default"]["USER"]
 TENANT_WALL_STRICT = env.tenant_wall_strict()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -64,10 +64,12 @@ class ThreadEndpointView(APIView):
         if not public:
             raise AuthenticationFailed("Authentication credentials were not provided.")
         tenant_id = tenant_of(Thread, thread_id)  # an anonymous call acts for the thread's tenant
-        if tenant_id is None:
-            raise NotFound(f"no thread {thread_id}")
-        tenant_enter(tenant_id)
-        return Thread.objects.select_related("tenant").get(id=thread_id)
+        if tenant_id is not None:
+            tenant_enter(tenant_id)
+            thread = Thread.objects.select_related("tenant").filter(id=thread_id).first()
+            if thread is not None:
+                return thread
+        raise NotFound(f"no thread {thread_id}")
 
     @extend_schema(exclude=True)
     def get(self, request: Request, thread_id: str, route: str = "") -> Any:
