@@ -994,7 +994,7 @@ def test_pruning_events_deletes_the_acting_tenants_events_only(
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("agents", "platform", "threads", "usage", "retention", "replay", "audit",
-           "compaction", "console")  # fmt: skip
+           "compaction", "console", "connectors", "interop")  # fmt: skip
 # Receivers whose ``execute``/``executemany`` runs SQL: a cursor, a psycopg connection.
 SQL_RECEIVERS = ("conn", "connection", "raw")
 
