@@ -18,7 +18,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +43,10 @@ from retention.models import RetentionPolicy
 from retention.prune import retention_prune
 from tenancy.models import Tenant
 from tests.factories import make_thread
+from tests.fakes.webhook_receiver import Receiver, webhook_receiver
 from tests.reliability.platform import chat_bundle
 from tests.retention.support import OLD, RECENT, emit, log_at, old_thread
-from tests.support import ContextThread, current_database_url
+from tests.support import current_database_url
 from tests.threads.runtime.conftest import Engine, prompt
 from tests.worker import (
     Worker,
@@ -453,40 +453,12 @@ def test_sweep_effects_sends_both_tenants_lost_effects_and_each_fires_in_its_ten
     assert list(statuses.values_list("status", flat=True)) == ["completed", "completed"]
 
 
-@dataclass
-class Receiver:
-    """A loopback webhook receiver that answers 200 and keeps each request's ``webhook-id``."""
-
-    port: int = 0
-    ids: list[str] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks"
-
-
 @pytest.fixture
 def receiver(settings: Settings) -> Iterator[Receiver]:
     settings.WEBHOOK_ALLOW_HTTP = True
     settings.WEBHOOK_CACHE_S = 0.0
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["content-length"]))
-            state.ids.append(self.headers["webhook-id"])
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    serving = ContextThread(target=server.serve_forever, daemon=True)
-    serving.start()
-    yield state
-    server.shutdown()
+    with webhook_receiver() as state:
+        yield state
 
 
 @pytest.mark.django_db

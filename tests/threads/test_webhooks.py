@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from tenancy.models import Role, Tenant
 from tests.answers import assert_answers, pages
 from tests.factories import make_thread
-from tests.support import ContextThread
+from tests.fakes.webhook_receiver import Receiver, webhook_receiver
 from threads.events import publish
 from threads.events import webhooks as enqueue_module
 from threads.models import Event, Thread, WebhookDelivery, WebhookEndpoint
@@ -30,40 +28,10 @@ from threads.services.webhooks import webhook_deliver
 pytestmark = pytest.mark.django_db
 
 
-@dataclass
-class Receiver:
-    """A loopback HTTP receiver: answers from ``script`` (then 200), keeps what came."""
-
-    port: int = 0
-    script: list[int] = field(default_factory=list)
-    received: list[tuple[dict[str, str], str, float]] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks"
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"])).decode()
-            state.received.append(({k.lower(): v for k, v in self.headers.items()}, body,
-                                   time.monotonic()))  # fmt: skip
-            self.send_response(state.script.pop(0) if state.script else 200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    serving = ContextThread(target=server.serve_forever, daemon=True)
-    serving.start()
-    yield state
-    server.shutdown()
+    with webhook_receiver() as state:
+        yield state
 
 
 @pytest.fixture(autouse=True)
