@@ -178,7 +178,7 @@ def bundle_import(
     report.errors.extend(parsed.errors)
     existing = definitions_snapshot(tenant=tenant)
     merged = (
-        DefinitionSet(credentials=existing.credentials)
+        DefinitionSet(credentials=existing.credentials, remote_tools=existing.remote_tools)
         if replace
         else definitions_snapshot(tenant=tenant)
     )

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from agents.credentials import credential_choices
 from agents.documents import Strict, error_paths
 from agents.models import DEFINITION_MODELS, Definition, Model
+from agents.remote_refs import RemoteRefs
 from agents.validation import (
     KINDS,
     SINGULAR,
@@ -129,6 +130,7 @@ def definitions_snapshot(*, tenant: Tenant) -> DefinitionSet:
         .values_list("name", flat=True)
     )
     snapshot.credentials = credential_choices(tenant=tenant)
+    snapshot.remote_tools = RemoteRefs(tenant)
     return snapshot
 
 

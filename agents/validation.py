@@ -35,6 +35,7 @@ from agents.documents import (
 from agents.permissions import ConditionInvalid, rule_from
 from agents.providers.anthropic_provider import check_anthropic_config
 from agents.providers.openai_provider import check_openai_config
+from agents.remote_refs import NoRemoteTools, RemoteToolLookup
 
 Kind = Literal["models", "prompts", "agents", "code_tools"]
 KINDS: tuple[Kind, ...] = ("models", "prompts", "agents", "code_tools")
@@ -97,6 +98,8 @@ class DefinitionSet:
     code_tools: dict[str, CodeToolDoc] = field(default_factory=dict)
     keyed_models: set[str] = field(default_factory=set)
     credentials: CredentialLookup = field(default_factory=NoCredentials)
+    # References to remote tools (``mcp:<server>/<tool>``): agents.remote_refs.
+    remote_tools: RemoteToolLookup = field(default_factory=NoRemoteTools)
 
     def of(self, kind: Kind) -> Mapping[str, Any]:
         mapping: Mapping[str, Any] = getattr(self, kind)
@@ -210,11 +213,13 @@ class _Context:
         if doc.tool_choice == "required" and not (doc.tools or doc.code_mode):
             yield Problem("prompts", name, "tool_choice", "'required' needs at least one tool")
         seen: set[str] = set()
+        offered: dict[str, str] = {}  # the names the model sees -> the entry offering it
         for index, ref in enumerate(doc.tools):
             target = tool_ref_name(ref)
             path = f"tools[{index}]" if isinstance(ref, str) else f"tools[{index}].name"
             if target in seen:
                 yield Problem("prompts", name, path, f"{target!r} is listed twice")
+            yield from self._collisions(doc, path, target, offered)
             if doc.code_mode and target == CODE_MODE_TOOL:
                 yield Problem(
                     "prompts", name, path,
@@ -225,10 +230,30 @@ class _Context:
             yield from self._tool_entry(doc, index, path, ref)
         yield from self._hooks("prompts", name, doc.hooks)
 
+    def _collisions(
+        self, doc: PromptDoc, path: str, target: str, offered: dict[str, str]
+    ) -> Iterator[Problem]:
+        """A name the model would see twice (a remote tool's ``<server>__<tool>`` beside
+        another entry's tool of that name)."""
+        remote = self.defs.remote_tools.resolve(target)
+        for shown in remote.names if remote is not None else (target,):
+            other = offered.get(shown)
+            if other is not None and other != target:
+                yield Problem(
+                    "prompts", doc.name, path,
+                    f"{target!r} offers the tool {shown!r}, which {other!r} offers too: "
+                    "the model cannot tell them apart",
+                )  # fmt: skip
+            offered.setdefault(shown, target)
+
     def _tool_entry(
         self, doc: PromptDoc, index: int, path: str, ref: str | ToolConfig
     ) -> Iterator[Problem]:
         target = tool_ref_name(ref)
+        remote = self.defs.remote_tools.resolve(target)
+        if remote is not None:
+            yield from self._remote_entry(doc, index, path, ref, remote.problem)
+            return
         if target.startswith(("provider:", "mcp:")):
             yield Problem(
                 "prompts", doc.name, path,
@@ -290,6 +315,23 @@ class _Context:
                     f"{key} does not apply: {target!r} is {what}",
                 )  # fmt: skip
             yield from self._init_properties(doc, index, ref, schema)
+            if ref.approval is not None:
+                yield from _approval_problems(doc, index, ref.approval)
+
+    def _remote_entry(
+        self, doc: PromptDoc, index: int, path: str, ref: str | ToolConfig, problem: str | None
+    ) -> Iterator[Problem]:
+        """A remote tool reference (``mcp:<server>/<tool>``): its source's verdict; an object
+        entry takes only ``optional`` and ``approval``."""
+        if problem is not None:
+            yield Problem("prompts", doc.name, path, problem)
+            return
+        if isinstance(ref, ToolConfig):
+            for key in sorted(ref.keys_set()):
+                yield Problem(
+                    "prompts", doc.name, f"tools[{index}].{key}",
+                    f"{key} does not apply: {ref.name!r} is a remote tool",
+                )  # fmt: skip
             if ref.approval is not None:
                 yield from _approval_problems(doc, index, ref.approval)
 

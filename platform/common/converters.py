@@ -31,6 +31,8 @@ FREE_FORM: Final[dict[str, str]] = {
     "key": "a KV key: slash-separated segments",
     "file_path": "a path in the thread's file system",
     "route": "a thread endpoint's own sub-route (agents.registry.routing), maybe empty",
+    "tenant_slug": "a tenant, by its slug (an A2A agent's tenant-scoped URL)",
+    "agent": "an agent, by name (an AG-UI run's route)",
 }
 
 

@@ -34,6 +34,7 @@ urlpatterns = [
     path("api/v1/", include("compaction.urls")),
     path("api/v1/", include("replay.urls")),
     path("api/v1/", include("audit.urls")),
+    path("api/v1/", include("connectors.urls")),
     # MCP, AG-UI and A2A (interop): their own paths, under /api/v1/ where they are REST.
     path("", include("interop.urls")),
     # Unknown API URLs answer JSON even with DEBUG on.

@@ -44,6 +44,7 @@ from agents.models import PermissionRule
 from common.time import now_us
 from compaction.models import Compaction
 from config.launcher import background_server
+from connectors.servers import mcp_server_save
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
 from tests.factories import make_api_key, make_tenant, make_thread
@@ -139,6 +140,8 @@ def _world() -> World:
     credential_save(
         tenant=tenant, data={"name": "team_key", "provider": "openai", "api_key": "sk-team"}
     )
+    # .invalid never resolves (RFC 2606): a listing fails at once, and is answered as such.
+    mcp_server_save(tenant=tenant, data={"name": "weather", "url": "https://mcp.invalid/mcp"})
     thread = make_thread(tenant)
     message = message_inject(thread=thread, role="user", content="hello")
     log = log_create(thread=thread, kind="llm", data={"model": "fast"})
@@ -219,6 +222,7 @@ NAMES = {
     "/api/v1/prompts/": "assistant",
     "/api/v1/code-tools/": "tally_words",
     "/api/v1/credentials/": "team_key",
+    "/api/v1/mcp-servers/": "weather",
     "/api/v1/env/": "COMPANY",
     "/api/v1/threads/{thread_id}/env/": "TOKEN",
 }
@@ -240,6 +244,9 @@ BODY_VALUES: dict[str, dict[str, Any]] = {
     "PUT /api/v1/prompts/{name}/": {"body.model": "fast"},
     "POST /api/v1/agents/": {"body.side_a.prompt": "assistant"},
     "PUT /api/v1/agents/{name}/": {"body.side_a.prompt": "assistant"},
+    # An AG-UI run streams its turn until the turn ends, and no worker runs turns here: no
+    # messages (a 400 naming them) keeps every answer bounded; the rest is generated.
+    "POST /api/v1/agui/{agent}": {"body.messages": []},
 }
 
 
@@ -271,6 +278,7 @@ def _path_values(path: str, world: World) -> dict[str, str]:
         "action_id": world.action,
         "effect_id": world.effect,
         "delivery_id": world.delivery,
+        "agent": "helper",
     }
     return {f"path.{name}": values[name] for name in values if "{" + name + "}" in path}
 

@@ -23,6 +23,8 @@ from agents.registry import thread_endpoint, use_registry
 from common.time import now_us
 from compaction.models import Compaction
 from config.routing import websocket_urlpatterns
+from connectors.models import McpServer
+from connectors.servers import mcp_server_save
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import ApiKey, Role, Tenant
 from tests.agents.samples import seed_rich
@@ -83,6 +85,18 @@ def _owned_credential(tenant: Tenant) -> dict[str, str]:
         tenant=tenant, data={"name": "team_key", "provider": "openai", "api_key": "sk-victim"}
     )
     return {"name": "team_key"}
+
+
+def _owned_mcp_server(tenant: Tenant) -> dict[str, str]:
+    """The tenant's MCP server ``weather`` (several routes of one test may ask for it)."""
+    if McpServer.objects.for_tenant(tenant).filter(name="weather").exists():
+        return {"name": "weather"}
+    mcp_server_save(
+        tenant=tenant,
+        data={"name": "weather", "url": "https://mcp.example.com/mcp",
+              "auth": {"type": "bearer", "token": "victim-token"}},
+    )  # fmt: skip
+    return {"name": "weather"}
 
 
 def _owned_thread(tenant: Tenant) -> dict[str, str]:
@@ -280,6 +294,9 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "code-tool-detail": _owned_definition("tally_words"),
     "permission-rule-detail": lambda tenant: {"pk": _owned_permission_rule(tenant)},
     "credential-detail": _owned_credential,
+    "mcp-server-detail": _owned_mcp_server,
+    "mcp-server-tools": _owned_mcp_server,
+    "mcp-server-refresh": _owned_mcp_server,
     "schedule-detail": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-pause": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-resume": lambda tenant: {"pk": _owned_schedule(tenant)},
@@ -288,6 +305,7 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "webhook-deliveries": lambda tenant: {"pk": _owned_webhook(tenant)},
     "webhook-redeliver": _owned_delivery,
     "budget-detail": lambda tenant: {"pk": _owned_budget(tenant)},
+    "agui-run": lambda tenant: {"agent": _owned_definition("helper")(tenant)["name"]},
 }
 
 
@@ -306,6 +324,7 @@ def _tenant_state(tenant: Tenant) -> object:
         bundle_export(tenant=tenant),
         list(PermissionRule.objects.for_tenant(tenant).values()),
         list(ProviderCredential.objects.for_tenant(tenant).values()),
+        list(McpServer.objects.for_tenant(tenant).values()),
         list(Thread.objects.for_tenant(tenant).values()),
         list(Message.objects.for_tenant(tenant).values()),
         list(Compaction.objects.for_tenant(tenant).values()),

@@ -254,6 +254,14 @@ class StreamScope:
         """Whether the stream ends after ``delivery``."""
         return delivery.type == EventType.THREAD_TERMINATED
 
+    def frame(self, delivery: Delivery) -> bytes:
+        """What the stream sends for a kept ``delivery`` (another encoding of the log, such
+        as AG-UI's, sends its own frames, or none)."""
+        return _frame(delivery)
+
+    def replayed(self) -> None:
+        """The replay is done: what follows arrives live (under ASGI only)."""
+
     ended = False
 
 
@@ -285,7 +293,7 @@ def _replay(cursor: EventCursor, scope: StreamScope, first: Sequence[bytes]) -> 
     yield from first
     for delivery in cursor.replay_now():
         if scope.keep(delivery):
-            yield _frame(delivery)
+            yield scope.frame(delivery)
             if scope.last(delivery):
                 return
 
@@ -331,9 +339,10 @@ async def _follow(
             yield frame
         async for delivery in cursor.replay():
             if scope.keep(delivery):
-                yield _frame(delivery)
+                yield scope.frame(delivery)
                 if scope.last(delivery):
                     return
+        scope.replayed()
         if thread.terminated_at is not None or scope.ended:
             return
         keepalive_at = time.monotonic() + KEEPALIVE_S
@@ -379,7 +388,7 @@ def _framed(deliveries: Sequence[Delivery], scope: StreamScope) -> tuple[list[by
     frames: list[bytes] = []
     for delivery in deliveries:
         if scope.keep(delivery):
-            frames.append(_frame(delivery))
+            frames.append(scope.frame(delivery))
             if scope.last(delivery):
                 return frames, True
     return frames, False

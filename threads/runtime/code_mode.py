@@ -33,6 +33,7 @@ from agents.registry import ToolResult
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import DomainError
 from threads.models import Action, ActionStatus
+from threads.runtime.definitions import PROGRAM_KINDS
 from threads.services.actions import action_allows, denial_result
 from threads.services.code import code_run, code_started, sandbox_turn
 from threads.services.code_usage import sandbox_charge, sandbox_payer
@@ -142,7 +143,7 @@ class _Program:
 
     def _run(self, inner: ToolCall) -> ToolResult:
         resolved = self.runner.tools.get(inner.name)
-        if resolved is None or resolved.kind != "function":
+        if resolved is None or resolved.kind not in PROGRAM_KINDS:
             return ToolResult.failure(
                 f"tools.{inner.name} is not a function tool of prompt {self.runner.prompt_name!r}"
             )
@@ -169,7 +170,9 @@ class _Program:
         self, inner: ToolCall, result: ToolResult, started: float | None = None
     ) -> ToolResult:
         duration = round((time.perf_counter() - started) * 1000, 3) if started else 0.0
-        self.runner.flow.log_tool(inner, result, None, duration, kind="function")
+        offered = self.runner.tools.get(inner.name)
+        kind = offered.kind if offered is not None else "function"
+        self.runner.flow.log_tool(inner, result, None, duration, kind=kind)
         return result
 
 
@@ -198,7 +201,9 @@ def code_mode_run(
 
         return call_host
 
-    tools = {name: bridge(name) for name, tool in runner.tools.items() if tool.kind == "function"}
+    tools = {
+        name: bridge(name) for name, tool in runner.tools.items() if tool.kind in PROGRAM_KINDS
+    }
     helpers = {name: bridge(f"helpers.{name}") for name in HELPERS}
     options = {"language": arguments.get("language") or "typescript",
                "filename": "<code>", "globals": {"tools": tools, "helpers": helpers}}  # fmt: skip

@@ -25,9 +25,14 @@ from agents.providers.base import ModelSpec, ToolSpec
 from agents.providers.schemas import empty_object_schema
 from agents.registry import RegistryView, ToolEntry, current_registry
 from common.errors import NotFound
+from connectors.tools import RemoteTool, is_remote_ref, remote_tools
 from tenancy.models import Tenant
 
-ToolKind = Literal["function", "code", "prompt", "handoff", "subagent", "lifecycle", "code_mode"]
+ToolKind = Literal[
+    "function", "code", "prompt", "handoff", "subagent", "lifecycle", "code_mode", "client", "mcp"
+]
+# What a code-mode program may call (remote tools are called as function tools are).
+PROGRAM_KINDS: Final = frozenset({"function", "mcp"})
 T = TypeVar("T")
 ENABLED_FLAGS = frozenset({"true", "1", "yes"})
 
@@ -54,6 +59,7 @@ class ResolvedTool:
     parameters: dict[str, object] | None = None  # the schema arguments are validated against
     # subagent_create: the resumable relationships it creates (see engine.subagents)
     relationships: tuple[ResolvedTool, ...] = ()
+    remote: RemoteTool | None = None  # a remote source's tool (connectors.tools)
 
 
 @dataclass
@@ -69,6 +75,7 @@ class FlowDefinitions:
     _prompts: dict[str, PromptDoc | None] = field(default_factory=dict)
     _agents: dict[str, AgentDoc | None] = field(default_factory=dict)
     _models: dict[str, ModelSpec] = field(default_factory=dict)
+    _remote: dict[str, tuple[RemoteTool, ...]] = field(default_factory=dict)
 
     @cached_property
     def registry(self) -> RegistryView:
@@ -148,12 +155,23 @@ class FlowDefinitions:
                 flag = env_flag(config.optional)
                 if (flag or "").strip().lower() not in ENABLED_FLAGS:
                     continue
-            resolved = self._resolve(tool_ref_name(ref), config)
+            name = tool_ref_name(ref)
+            if is_remote_ref(name):
+                for remote in self._remote_tools(name, config):
+                    tools.setdefault(remote.name, remote)  # validation refuses a collision
+                continue
+            resolved = self._resolve(name, config)
             if resolved is not None:
                 tools[resolved.name] = resolved
         if prompt.code_mode:
             tools[CODE_TOOL] = code_mode_tool(tools)
         return tools
+
+    def _remote_tools(self, ref: str, config: ToolConfig | None) -> list[ResolvedTool]:
+        """The tools remote reference ``ref`` offers, listed once per flow."""
+        if ref not in self._remote:
+            self._remote[ref] = remote_tools(tenant=self.tenant, ref=ref).tools
+        return [_remote_resolved(tool, config) for tool in self._remote[ref]]
 
     def resolve_any(self, name: str) -> ResolvedTool | None:
         """Any tool of the tenant by name (runtime-forced calls: queued and invoked tools)."""
@@ -190,6 +208,11 @@ class FlowDefinitions:
         return None
 
 
+def _remote_resolved(tool: RemoteTool, config: ToolConfig | None) -> ResolvedTool:
+    spec = ToolSpec(tool.name, tool.description, tool.parameters)
+    return ResolvedTool(tool.name, tool.source, spec, config, None, tool.parameters, remote=tool)
+
+
 def _or_none(load: Callable[[], T]) -> T | None:
     try:
         return load()
@@ -217,7 +240,7 @@ SOURCE_SCHEMA: Final[dict[str, Any]] = {
 def code_mode_tool(tools: Mapping[str, ResolvedTool]) -> ResolvedTool:
     """The ``code`` tool of a prompt whose other tools are ``tools``: its description lists
     the function tools a program may call, with their parameters."""
-    callable_tools = {name: tool for name, tool in tools.items() if tool.kind == "function"}
+    callable_tools = {name: tool for name, tool in tools.items() if tool.kind in PROGRAM_KINDS}
     lines = [
         "Run a program that calls tools. Write a module whose default export is an async "
         "function, e.g. `export default async function () { const r = await tools.name({...}); "

@@ -22,8 +22,10 @@ from agents.registry import HookName, ToolResult, tool_result_from
 from agents.schemas import ArgumentsInvalid, validate_args
 from common.errors import DomainError
 from common.ids import new_id
+from connectors.tools import RemoteTool, remote_call
 from threads.events import INLINE_LIMIT
 from threads.models import Message
+from threads.runtime.client_tools import RESULT_SCHEMA, client_tool_result
 from threads.runtime.code_mode import CodePaused, code_mode_run
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.hooks import Hooks
@@ -248,8 +250,10 @@ class ToolRunner:
         )
 
     def call_function(self, resolved: ResolvedTool, arguments: dict[str, Any]) -> ToolResult:
-        """Run registry tool ``resolved`` with checked ``arguments``; what it raises becomes
-        a failure result (a pause for a person, or an abort, propagates)."""
+        """Run registry tool ``resolved`` (or a remote one) with checked ``arguments``; what it
+        raises becomes a failure result (a pause for a person, or an abort, propagates)."""
+        if resolved.remote is not None:
+            return self.call_remote(resolved.remote, arguments)
         assert resolved.entry is not None
         state = self.flow.tool_state(resolved.config, self.prompt_name)
         self.flow.idle()
@@ -261,6 +265,12 @@ class ToolRunner:
             return ToolResult.failure(error.message, code=error.code)
         except Exception as error:  # a tool's bug is reported, never raised
             return ToolResult.failure(f"{type(error).__name__}: {error}")
+
+    def call_remote(self, remote: RemoteTool, arguments: dict[str, Any]) -> ToolResult:
+        """Call a remote source's tool (connectors.tools): the flow holds no connection nor
+        transaction across it, and every failure is a result naming the server."""
+        self.flow.idle()
+        return remote_call(tenant=self.flow.defs.tenant, tool=remote, arguments=arguments)
 
     def _arguments_or_ref(self, call: ToolCall, log_id: uuid.UUID) -> dict[str, Any]:
         """``tool.started`` carries the arguments, or above ``INLINE_LIMIT`` bytes of JSON a
@@ -313,8 +323,12 @@ class ToolRunner:
             state = self.flow.tool_state(resolved.config, self.prompt_name)
             self.flow.idle()  # a tool may wait on anything; what it reads takes a connection
             return call_function_tool(resolved.entry, state, arguments)
+        if resolved.remote is not None:
+            return self.call_remote(resolved.remote, arguments)
         if resolved.kind == "code_mode":
             return self._program(call, arguments, issuer)
+        if resolved.kind == "client":  # the client runs it: its answer is the result
+            return client_tool_result(self.flow.request_input(RESULT_SCHEMA, call.name))
         if resolved.kind == "prompt":
             return self.flow.run_subprompt(resolved, arguments, issuer=issuer, side=self.side)
         if resolved.kind == "handoff":

@@ -186,6 +186,7 @@ def message_queue(
     outbox: Outbox | None = None,
     wake: bool = True,
     user: str | None = None,
+    client_tools: Sequence[Mapping[str, Any]] = (),
 ) -> Turn:
     """Submit a message as a turn (POST .../messages, POST .../turns, ``state.queue_message``);
     the message is persisted when its turn runs, before its next model call. A ``user``
@@ -193,7 +194,8 @@ def message_queue(
 
     ``attachments`` are AttachmentRefs already stored in the thread. The message id is fixed
     now (``payload.message_id``) so the caller can follow it. ``metadata`` is the message's,
-    ``turn_metadata`` the turn's.
+    ``turn_metadata`` the turn's. ``client_tools`` (checked by the caller) are tools the
+    submitter's client runs, offered to the turn's model steps (threads.runtime.client_tools).
     """
     if role not in QUEUEABLE_ROLES:
         raise ValidationFailed(f"role must be one of {', '.join(QUEUEABLE_ROLES)}", field="role")
@@ -210,6 +212,8 @@ def message_queue(
         "metadata": check_metadata(metadata or {}),
         "attachments": [dict(ref) for ref in attachments],
     }
+    if client_tools:
+        payload["client_tools"] = [dict(tool) for tool in client_tools]
     return turn_submit(
         thread=thread, kind=TurnKind.MESSAGE, payload=payload, source=source, strategy=strategy,
         metadata=turn_metadata, clear_stop=role == "user", host=host, outbox=outbox, wake=wake,

@@ -10,6 +10,7 @@ from agents.documents import PromptDoc, SideConfig
 from agents.providers.base import CONTEXT_LENGTH_EXCEEDED, ProviderResponse, ToolCall
 from common.ids import new_id
 from threads.models import Action, ActionKind, ActionStatus, Message, MessageRole
+from threads.runtime.client_tools import client_tools_of
 from threads.runtime.code_mode import replay_of
 from threads.runtime.context import stored_tool_calls
 from threads.runtime.definitions import ResolvedTool
@@ -57,7 +58,7 @@ def _answer(
     and the call tried once more (then the step fails as it would have)."""
     for attempt in (1, 2):
         messages = context_build(flow, prompt, acting, hooks)
-        tools = prompt_tools(flow, prompt)
+        tools = {**client_tools_of(flow.turn), **prompt_tools(flow, prompt)}
         try:
             issuer, response = model_call(
                 flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side
@@ -96,8 +97,9 @@ def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> S
         )
     }  # fmt: skip
     with flow.outbox.step(execution.step_count):
-        runner = tool_runner(flow, prompt, acting, parent=None, hooks=hooks, side=side,
-                             pausable=True)  # fmt: skip
+        tools = {**client_tools_of(flow.turn), **prompt_tools(flow, prompt)}
+        runner = tool_runner(flow, prompt, acting, parent=None, tools=tools, hooks=hooks,
+                             side=side, pausable=True)  # fmt: skip
         outcomes = [
             stored_outcome(call, answered[call.id]) for call in calls if call.id in answered
         ]

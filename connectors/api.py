@@ -1,0 +1,227 @@
+"""REST for a tenant's MCP servers: ``/api/v1/mcp-servers`` (list, create),
+``/api/v1/mcp-servers/{name}`` (read, change, delete), ``/{name}/tools`` (the cached tool list,
+fetched again when stale) and ``/{name}/refresh`` (fetched now). Secrets are write-only: no
+answer holds one. Admins write servers and refresh them; any role reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from common.inputs import StrictInput
+from common.pagination import paginate
+from common.schema import US_SINCE_EPOCH, error_responses
+from connectors.models import McpAuth, McpServer, McpTransport
+from connectors.servers import (
+    MAX_CALL_TIMEOUT_S,
+    MAX_TTL_S,
+    mcp_server_delete,
+    mcp_server_get,
+    mcp_server_json,
+    mcp_server_list,
+    mcp_server_save,
+    tool_listing_json,
+    tools_current,
+)
+from connectors.tools import server_tool_names
+from tenancy.models import Role
+from tenancy.viewsets import TenantScopedViewSet
+
+WRITE_ONLY = "write-only: stored encrypted, never shown again"
+
+
+class McpAuthInput(StrictInput):
+    """How calls authenticate. `bearer` takes `token`; `header` takes `header_name` and
+    `header_value`; `oauth_client_credentials` takes `client_id`, `client_secret`, `token_url`
+    and optional `scopes` (space-separated). A change that keeps the type may leave the secret
+    out to keep the stored one."""
+
+    type = serializers.ChoiceField(choices=McpAuth.choices)
+    token = serializers.CharField(
+        required=False, write_only=True, max_length=4096,
+        help_text=f"`bearer`: the token, {WRITE_ONLY}",
+    )  # fmt: skip
+    header_name = serializers.CharField(required=False, max_length=100)
+    header_value = serializers.CharField(
+        required=False, write_only=True, max_length=4096,
+        help_text=f"`header`: its value, {WRITE_ONLY}",
+    )  # fmt: skip
+    client_id = serializers.CharField(required=False, max_length=200)
+    client_secret = serializers.CharField(
+        required=False, write_only=True, max_length=4096,
+        help_text=f"`oauth_client_credentials`: {WRITE_ONLY}",
+    )  # fmt: skip
+    token_url = serializers.CharField(required=False, max_length=500)
+    scopes = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+
+class McpServerInput(StrictInput):
+    """An MCP server. Creating one needs `name` and `url`; a change sends only what changes
+    (a new `url` or `auth` forgets the cached tools and the health)."""
+
+    name = serializers.RegexField(
+        r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$", max_length=32, required=False,
+        help_text="how prompts name it (`mcp:<name>`, `mcp:<name>/<tool>`); the model sees "
+        "its tools as `<name>__<tool>`",
+    )  # fmt: skip
+    url = serializers.CharField(
+        required=False, max_length=500,
+        help_text="the streamable HTTP endpoint; private addresses are refused unless the "
+        "operator allows them",
+    )  # fmt: skip
+    description = serializers.CharField(required=False, allow_blank=True, max_length=500)
+    transport = serializers.ChoiceField(choices=McpTransport.choices, required=False)
+    auth = McpAuthInput(required=False)
+    tools_ttl_s = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_TTL_S,
+        help_text="how long the tool list is used before it is fetched again",
+    )  # fmt: skip
+    call_timeout_s = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_CALL_TIMEOUT_S,
+        help_text="how long one call (or listing) may take",
+    )  # fmt: skip
+
+
+class McpAuthOutput(serializers.Serializer[Any]):
+    type = serializers.CharField()
+    secret_set = serializers.BooleanField(help_text="whether a secret is stored (never shown)")
+    header_name = serializers.CharField(required=False)
+    client_id = serializers.CharField(required=False)
+    token_url = serializers.CharField(required=False)
+    scopes = serializers.CharField(required=False)
+
+
+class McpHealthOutput(serializers.Serializer[Any]):
+    """The last contact with the server (a listing or a call)."""
+
+    ok = serializers.BooleanField(allow_null=True, help_text="null: never contacted")
+    checked_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    last_ok_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    last_error = serializers.CharField(allow_null=True)
+    last_error_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+
+
+class McpServerOutput(serializers.Serializer[Any]):
+    """An MCP server as answers show it: never its secret."""
+
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    url = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    transport = serializers.CharField()
+    auth = McpAuthOutput()
+    tools_ttl_s = serializers.IntegerField()
+    call_timeout_s = serializers.IntegerField()
+    tool_count = serializers.IntegerField(help_text="tools in the cached list")
+    tools_fetched_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    health = McpHealthOutput()
+    created_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+    updated_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+
+
+class McpToolOutput(serializers.Serializer[Any]):
+    name = serializers.CharField(help_text="the name the model calls it by: `<server>__<tool>`")
+    remote_name = serializers.CharField(help_text="its name on the server")
+    description = serializers.CharField(allow_blank=True)
+    input_schema = serializers.JSONField(help_text="the JSON Schema of its arguments")
+
+
+class McpToolListOutput(serializers.Serializer[Any]):
+    server = serializers.CharField()
+    fetched_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    stale = serializers.BooleanField(help_text="older than the server's tools_ttl_s")
+    error = serializers.CharField(
+        allow_null=True, help_text="why the list could not be fetched (then it is the cached one)"
+    )
+    tools = McpToolOutput(many=True)
+    health = McpHealthOutput()
+
+
+class McpServerViewSet(TenantScopedViewSet):
+    """The tenant's MCP servers, addressed by name."""
+
+    queryset = McpServer.objects.all()
+    write_role = Role.ADMIN
+    lookup_field = "name"
+    lookup_value_converter = "str"
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.order_by("name")
+
+    def _row(self) -> McpServer:
+        return mcp_server_get(tenant=self.principal.tenant, name=self.kwargs["name"])
+
+    @extend_schema(
+        operation_id="mcp_servers_list", summary="List the MCP servers",
+        responses=McpServerOutput,
+    )  # fmt: skip
+    def list(self, request: Request) -> Response:
+        rows = mcp_server_list(tenant=self.principal.tenant)
+        return paginate(request, rows, mcp_server_json, view=self)
+
+    @extend_schema(
+        operation_id="mcp_servers_create", summary="Register an MCP server",
+        description="Its secret is stored encrypted and never shown again. Nothing is "
+        "contacted yet: list its tools with `/tools`.",
+        request=McpServerInput, responses={201: McpServerOutput, **error_responses(409, 413)},
+    )  # fmt: skip
+    def create(self, request: Request) -> Response:
+        McpServerInput(data=request.data).is_valid(raise_exception=True)
+        row = mcp_server_save(tenant=self.principal.tenant, data=request.data)
+        return Response(mcp_server_json(row), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="mcp_servers_retrieve", summary="Get an MCP server",
+        responses=McpServerOutput,
+    )  # fmt: skip
+    def retrieve(self, request: Request, name: str) -> Response:
+        return Response(mcp_server_json(self._row()))
+
+    @extend_schema(
+        operation_id="mcp_servers_partial_update", summary="Change an MCP server",
+        request=McpServerInput, responses={200: McpServerOutput, **error_responses(409)},
+    )  # fmt: skip
+    def partial_update(self, request: Request, name: str) -> Response:
+        McpServerInput(data=request.data, partial=True).is_valid(raise_exception=True)
+        row = mcp_server_save(tenant=self.principal.tenant, data=request.data, current=self._row())
+        return Response(mcp_server_json(row))
+
+    @extend_schema(
+        operation_id="mcp_servers_destroy", summary="Delete an MCP server",
+        description="Prompts naming it offer none of its tools from then on.",
+        responses={204: None},
+    )  # fmt: skip
+    def destroy(self, request: Request, name: str) -> Response:
+        mcp_server_delete(tenant=self.principal.tenant, row=self._row())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="mcp_servers_tools", summary="The tools of an MCP server",
+        description="The cached list, fetched again first when older than `tools_ttl_s`. "
+        "When the server cannot be reached, the cached list is answered with `error`.",
+        responses=McpToolListOutput,
+    )  # fmt: skip
+    @action(detail=True, methods=["get"], url_path="tools")
+    def tools(self, request: Request, name: str) -> Response:
+        return self._listing(refresh=False)
+
+    @extend_schema(
+        operation_id="mcp_servers_refresh", summary="Fetch an MCP server's tools now",
+        description="Asks the server for its tools now and caches them; its health records "
+        "the outcome. When it cannot be reached, the cached list is answered with `error`.",
+        request=None, responses=McpToolListOutput,
+    )  # fmt: skip
+    @action(detail=True, methods=["post"], url_path="refresh")
+    def refresh(self, request: Request, name: str) -> Response:
+        return self._listing(refresh=True)
+
+    def _listing(self, *, refresh: bool) -> Response:
+        listing = tools_current(self._row(), refresh=refresh)
+        names = server_tool_names(listing.server.name, listing.tools)
+        return Response(tool_listing_json(listing, names=names))
