@@ -1,0 +1,280 @@
+"""A task's events from our event log: ``SendStreamingMessage`` and ``SubscribeToTask`` as
+Server-Sent Events, and the wait of a blocking ``SendMessage``.
+
+Both follow the turn's thread with :class:`threads.streams.EventCursor` (subscribe, replay,
+then live: in order, each once, gaps filled from the log), on the event loop: a stream or a
+wait holds no sync worker thread and no database connection between reads. What a turn's
+events become:
+
+- ``turn.started``: a status update, *working*;
+- a finished answer of the agent (``message.created``/``message.updated`` of a top-level
+  assistant message with text): an artifact update carrying the answer whole (persisted
+  events only, so a stream resumed from the log sends the same);
+- ``action.required``: a status update, *input-required*, and the stream ends (an
+  interrupted task: the answer goes through the REST API's actions, then
+  ``SubscribeToTask`` follows the task again);
+- the event that ends the turn (``turn.completed``/``failed``/``cancelled``, or a
+  ``queue.changed`` that removed or cancelled it while queued): the final status update, read
+  from the turn as stored, and the stream ends.
+
+A stream ends too when the caller's key is revoked or expires (an ``error`` event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.server.request_handlers.response_helpers import prepare_response_object
+from a2a.types import (
+    Message,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db.models import Max, Min, Q
+
+from common.time import now, now_us
+from interop.a2a.tasks import (
+    FINAL_STATES,
+    agent_message,
+    answer_artifact,
+    is_answer,
+    task_read,
+    task_status,
+)
+from tenancy.credentials import REVOKED, credential_groups, credentials_expire_at
+from tenancy.principals import Principal
+from threads.broadcast import unbatched
+from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType, thread_group
+from threads.models import Event, Turn
+from threads.services.turns import turn_messages, turn_reread
+from threads.streams import Delivery, EventCursor
+
+KEEPALIVE_S = 15.0
+_ENDS = frozenset(TURN_END_EVENTS.values())
+
+
+class CredentialsGone(Exception):
+    """The caller's key was revoked or expired while it followed a task."""
+
+
+@dataclass(frozen=True)
+class Follower:
+    """Who follows which turn: the turn, and the caller's credentials (the groups that hear
+    of their loss, and the key's expiry)."""
+
+    turn: Turn
+    groups: list[str]
+    expires_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, turn: Turn, principal: Principal) -> Follower:
+        return cls(turn, credential_groups(principal), credentials_expire_at(principal))
+
+    def seconds_left(self) -> float | None:
+        if self.expires_at is None:
+            return None
+        return (self.expires_at - now()).total_seconds()
+
+
+def turn_start(turn: Turn) -> int:
+    """The sequence after which ``turn``'s events begin: before its first event, or the
+    thread's newest when it has none yet (one read, so none slips between)."""
+    found = Event.objects.filter(thread_id=turn.thread_id).aggregate(
+        first=Min(
+            "sequence",
+            filter=Q(turn_id=str(turn.pk))
+            | Q(type=EventType.QUEUE_CHANGED, payload__item__id=str(turn.pk)),
+        ),
+        newest=Max("sequence"),
+    )
+    if found["first"] is not None:
+        return int(found["first"]) - 1
+    return int(found["newest"] or 0)
+
+
+async def _deliveries(follower: Follower, after: int) -> AsyncIterator[Delivery | None]:
+    """The thread's events after ``after``, replayed then live; None when ``KEEPALIVE_S``
+    passed without one. Raises CredentialsGone when the caller's key goes away."""
+    thread = follower.turn.thread
+    cursor = EventCursor(thread=thread, after=after)
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    groups = [thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk), *follower.groups]
+    for group in groups:
+        await layer.group_add(group, channel)
+    receiving: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        async for delivery in cursor.replay():
+            yield delivery
+        keepalive_at = time.monotonic() + KEEPALIVE_S
+        while True:
+            left = follower.seconds_left()
+            if left is not None and left <= 0:
+                raise CredentialsGone
+            if time.monotonic() >= keepalive_at:
+                yield None
+                keepalive_at = time.monotonic() + KEEPALIVE_S
+            if receiving is None:
+                receiving = asyncio.ensure_future(layer.receive(channel))
+            wait = min(keepalive_at - time.monotonic(), cursor.recheck_in())
+            wait = max(0.0, wait if left is None else min(wait, left))
+            done, _ = await asyncio.wait({receiving}, timeout=wait)
+            if done:
+                message, receiving = receiving.result(), None
+                if message.get("type") == REVOKED:
+                    raise CredentialsGone
+                found = [d for one in unbatched(message) for d in await cursor.admit(one)]
+            elif cursor.recheck_in() <= 0:
+                found = await cursor.recheck()
+            else:
+                continue
+            for delivery in found:
+                yield delivery
+            if found:
+                keepalive_at = time.monotonic() + KEEPALIVE_S
+    finally:
+        if receiving is not None:
+            receiving.cancel()
+        for group in groups:
+            await layer.group_discard(group, channel)
+
+
+class _TaskEvents:
+    """Turns one turn's deliveries into A2A stream responses."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.turn_id = str(turn.pk)
+        self.context_id = str(turn.thread_id)
+
+    def envelope(self, delivery: Delivery) -> dict[str, Any] | None:
+        """The delivery's envelope when it is about this turn."""
+        if delivery.sequence is None or self.turn_id not in delivery.text:
+            return None  # the id's text first: most events of a busy thread are another turn's
+        envelope: dict[str, Any] = json.loads(delivery.text)
+        if envelope.get("turn_id") == self.turn_id:
+            return envelope
+        if delivery.type == EventType.QUEUE_CHANGED:
+            payload = envelope["payload"]
+            items = payload.get("items") or [payload.get("item") or {}]
+            if any(item.get("id") == self.turn_id for item in items):
+                return envelope
+        return None
+
+    def status(
+        self, state: TaskState, moment: int, message: Message | None = None
+    ) -> StreamResponse:
+        return StreamResponse(
+            status_update=TaskStatusUpdateEvent(
+                task_id=self.turn_id, context_id=self.context_id,
+                status=task_status(state, moment, message),
+            )
+        )  # fmt: skip
+
+    def artifact(self, message: Mapping[str, Any]) -> StreamResponse:
+        return StreamResponse(
+            artifact_update=TaskArtifactUpdateEvent(
+                task_id=self.turn_id, context_id=self.context_id,
+                artifact=answer_artifact(message), append=False, last_chunk=True,
+            )
+        )  # fmt: skip
+
+    async def responses(self, envelope: Mapping[str, Any]) -> tuple[list[StreamResponse], bool]:
+        """What one event of the turn sends, and whether the stream ends with it."""
+        kind, payload = envelope["type"], envelope.get("payload") or {}
+        moment = int(envelope.get("timestamp") or now_us())
+        if kind == EventType.TURN_STARTED:
+            return [self.status(TaskState.TASK_STATE_WORKING, moment)], False
+        if kind in (EventType.MESSAGE_CREATED, EventType.MESSAGE_UPDATED):
+            message = payload if "role" in payload else await self._message(str(payload["id"]))
+            return ([self.artifact(message)] if message and is_answer(message) else []), False
+        if kind == EventType.ACTION_REQUIRED:
+            asked = f"{payload.get('kind')} {payload.get('name')}"
+            text = f"The task waits for a person's decision: {asked}"
+            message = agent_message(text, turn=self.turn, message_id=str(payload.get("action_id")))
+            return [self.status(TaskState.TASK_STATE_INPUT_REQUIRED, moment, message=message)], True
+        ends = kind in _ENDS or (
+            kind == EventType.QUEUE_CHANGED and payload.get("change") in QUEUE_CHANGES_ENDING_TURNS
+        )
+        if ends:
+            task = await database_sync_to_async(_task_now)(self.turn)
+            return [self.status(task.status.state, moment, message=task.status.message)], True
+        return [], False
+
+    async def _message(self, message_id: str) -> dict[str, Any] | None:
+        """A message whose event carried only its id (a large one), read from the log."""
+        messages = await database_sync_to_async(turn_messages)(turn=self.turn)
+        return next((m for m in messages if m["id"] == message_id), None)
+
+
+def _task_now(turn: Turn) -> Task:
+    return task_read(turn=turn_reread(turn=turn) or turn, history_length=0)
+
+
+async def task_events(
+    follower: Follower, *, first: Task, after: int
+) -> AsyncGenerator[StreamResponse | None, None]:
+    """The task's stream: ``first`` (the task as it stood), then what its turn's events after
+    sequence ``after`` become, until it ends or rests on a person's decision; None when a
+    keepalive is due. A task already over sends only ``first``. Raises CredentialsGone."""
+    yield StreamResponse(task=first)
+    if first.status.state in FINAL_STATES:
+        return
+    events = _TaskEvents(follower.turn)
+    async for delivery in _deliveries(follower, after):
+        if delivery is None:
+            yield None
+            continue
+        envelope = events.envelope(delivery)
+        if envelope is None:
+            continue
+        responses, ended = await events.responses(envelope)
+        for response in responses:
+            yield response
+        if ended:
+            return
+
+
+async def task_outcome(
+    follower: Follower, *, after: int, timeout: float, history_length: int | None = None
+) -> Task:
+    """Wait until the task ends or rests on a person's decision, at most ``timeout``
+    seconds, then the task as stored (``history_length``: its most recent messages only).
+    Raises CredentialsGone."""
+    turn = follower.turn
+    stream = task_events(follower, first=Task(), after=after)
+    try:
+        async with asyncio.timeout(timeout):
+            async for _ in stream:
+                pass
+    except TimeoutError:
+        pass
+    finally:
+        await stream.aclose()
+    task: Task = await database_sync_to_async(_task_with_history)(turn, history_length)
+    return task
+
+
+def _task_with_history(turn: Turn, history_length: int | None) -> Task:
+    return task_read(turn=turn_reread(turn=turn) or turn, history_length=history_length)
+
+
+def sse_frame(request_id: str | int | None, response: StreamResponse | None) -> bytes:
+    """One Server-Sent Event: a JSON-RPC response carrying ``response``, or a comment (a
+    keepalive) for None."""
+    if response is None:
+        return b": keepalive\n\n"
+    body = json.dumps(prepare_response_object(request_id, response, (StreamResponse,)))
+    return f"data: {body}\n\n".encode()
