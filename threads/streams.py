@@ -17,15 +17,23 @@ the same cursor, so nothing is sent twice.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 
+from common.time import now
+from tenancy.credentials import REVOKED
+from threads.broadcast import unbatched
+from threads.events import thread_group
 from threads.models import Thread
 from threads.services.events import event_envelopes
 
@@ -36,6 +44,8 @@ REPLAY_BATCH = 500
 # apart never reads; an idle one reads five times in its first quiet minute and twice a
 # minute after that. A dropped newest event arrives at most one delay late.
 IDLE_RECHECK_S: tuple[float, ...] = (1.0, 2.0, 5.0, 15.0, 30.0)
+# How long :func:`thread_follow` stays silent before it says so (a keepalive is due).
+TICK_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -177,3 +187,115 @@ class EventCursor:
             assert last is not None
             self.last = last
         return deliveries
+
+
+class CredentialsGone(Exception):
+    """The follower's credentials were revoked, or expired, while it followed."""
+
+
+def thread_follow(
+    cursor: EventCursor,
+    *,
+    groups: Sequence[str] = (),
+    expires_at: dt.datetime | None = None,
+    tick_s: float = TICK_S,
+    replayed: Callable[[], bool] | None = None,
+) -> AsyncGenerator[Delivery | None, None]:
+    """The cursor's thread's events, as every follower (SSE, a protocol's stream, a wait)
+    takes them: subscribed to the thread's group (and to ``groups``, which hear of the
+    follower's credentials' loss) first, then the log after the cursor, then live ones
+    (:meth:`EventCursor.admit`; :meth:`EventCursor.recheck` when nothing came for a while).
+    It subscribes when first asked for an event; a follower that must send something only
+    once it is subscribed uses :func:`thread_subscribed`.
+
+    None when ``tick_s`` passed without an event (a keepalive or a periodic check is due).
+    ``replayed``, called once the log is replayed, ends the follow when it answers True.
+    Raises CredentialsGone when one of ``groups`` hears of a revocation or ``expires_at``
+    passes. Everything runs on the consumer's task: the cursor is never read twice at once.
+    """
+
+    async def follow() -> AsyncGenerator[Delivery | None, None]:
+        async with (
+            thread_subscribed(cursor, groups=groups) as subscription,
+            contextlib.aclosing(
+                subscription.events(expires_at=expires_at, tick_s=tick_s, replayed=replayed)
+            ) as events,
+        ):
+            async for delivery in events:
+                yield delivery
+
+    return follow()
+
+
+@dataclass
+class Subscription:
+    """A follower's channel, subscribed to its thread's group and its credentials' groups."""
+
+    cursor: EventCursor
+    layer: Any
+    channel: str
+
+    async def events(
+        self,
+        *,
+        expires_at: dt.datetime | None = None,
+        tick_s: float = TICK_S,
+        replayed: Callable[[], bool] | None = None,
+    ) -> AsyncGenerator[Delivery | None, None]:
+        """:func:`thread_follow`'s events, on this subscription."""
+        cursor = self.cursor
+        receiving: asyncio.Task[dict[str, Any]] | None = None
+        try:
+            async for delivery in cursor.replay():
+                yield delivery
+            if replayed is not None and replayed():
+                return
+            tick_at = time.monotonic() + tick_s
+            while True:
+                left = None if expires_at is None else (expires_at - now()).total_seconds()
+                if left is not None and left <= 0:
+                    raise CredentialsGone
+                if time.monotonic() >= tick_at:
+                    yield None
+                    tick_at = time.monotonic() + tick_s
+                if receiving is None:
+                    receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+                wait = min(tick_at - time.monotonic(), cursor.recheck_in())
+                wait = max(0.0, wait if left is None else min(wait, left))
+                done, _ = await asyncio.wait({receiving}, timeout=wait)
+                if done:
+                    message, receiving = receiving.result(), None
+                    if message.get("type") == REVOKED:
+                        raise CredentialsGone
+                    found = [d for one in unbatched(message) for d in await cursor.admit(one)]
+                elif cursor.recheck_in() <= 0:
+                    found = await cursor.recheck()
+                else:
+                    continue
+                for delivery in found:
+                    yield delivery
+                if found:
+                    tick_at = time.monotonic() + tick_s
+        finally:
+            if receiving is not None:
+                receiving.cancel()
+
+
+@contextlib.asynccontextmanager
+async def thread_subscribed(
+    cursor: EventCursor, *, groups: Sequence[str] = ()
+) -> AsyncIterator[Subscription]:
+    """The follower's subscription to the cursor's thread's group and to ``groups``, for
+    the block: what it sends inside the block comes after it hears of a revocation."""
+    thread = cursor.thread
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    subscribed = [thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk), *groups]
+    for group in subscribed:
+        await layer.group_add(group, channel)
+    try:
+        yield Subscription(cursor, layer, channel)
+    finally:
+        for group in subscribed:
+            await layer.group_discard(group, channel)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +39,8 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
-from django.db.models import Max, Min, Q
 
-from common.time import now, now_us
+from common.time import now_us
 from interop.a2a.tasks import (
     FINAL_STATES,
     agent_message,
@@ -52,20 +49,15 @@ from interop.a2a.tasks import (
     task_read,
     task_status,
 )
-from tenancy.credentials import REVOKED, credential_groups, credentials_expire_at
+from tenancy.credentials import credential_groups, credentials_expire_at
 from tenancy.principals import Principal
-from threads.broadcast import unbatched
-from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType, thread_group
-from threads.models import Event, Turn
+from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType
+from threads.models import Turn
 from threads.services.turns import turn_messages, turn_reread
-from threads.streams import Delivery, EventCursor
+from threads.streams import Delivery, EventCursor, thread_follow
 
 KEEPALIVE_S = 15.0
 _ENDS = frozenset(TURN_END_EVENTS.values())
-
-
-class CredentialsGone(Exception):
-    """The caller's key was revoked or expired while it followed a task."""
 
 
 @dataclass(frozen=True)
@@ -81,74 +73,14 @@ class Follower:
     def of(cls, turn: Turn, principal: Principal) -> Follower:
         return cls(turn, credential_groups(principal), credentials_expire_at(principal))
 
-    def seconds_left(self) -> float | None:
-        if self.expires_at is None:
-            return None
-        return (self.expires_at - now()).total_seconds()
 
-
-def turn_start(turn: Turn) -> int:
-    """The sequence after which ``turn``'s events begin: before its first event, or the
-    thread's newest when it has none yet (one read, so none slips between)."""
-    found = Event.objects.filter(thread_id=turn.thread_id).aggregate(
-        first=Min(
-            "sequence",
-            filter=Q(turn_id=str(turn.pk))
-            | Q(type=EventType.QUEUE_CHANGED, payload__item__id=str(turn.pk)),
-        ),
-        newest=Max("sequence"),
-    )
-    if found["first"] is not None:
-        return int(found["first"]) - 1
-    return int(found["newest"] or 0)
-
-
-async def _deliveries(follower: Follower, after: int) -> AsyncIterator[Delivery | None]:
+def _deliveries(follower: Follower, after: int) -> AsyncIterator[Delivery | None]:
     """The thread's events after ``after``, replayed then live; None when ``KEEPALIVE_S``
     passed without one. Raises CredentialsGone when the caller's key goes away."""
-    thread = follower.turn.thread
-    cursor = EventCursor(thread=thread, after=after)
-    layer = get_channel_layer()
-    assert layer is not None
-    channel = await layer.new_channel()
-    groups = [thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk), *follower.groups]
-    for group in groups:
-        await layer.group_add(group, channel)
-    receiving: asyncio.Task[dict[str, Any]] | None = None
-    try:
-        async for delivery in cursor.replay():
-            yield delivery
-        keepalive_at = time.monotonic() + KEEPALIVE_S
-        while True:
-            left = follower.seconds_left()
-            if left is not None and left <= 0:
-                raise CredentialsGone
-            if time.monotonic() >= keepalive_at:
-                yield None
-                keepalive_at = time.monotonic() + KEEPALIVE_S
-            if receiving is None:
-                receiving = asyncio.ensure_future(layer.receive(channel))
-            wait = min(keepalive_at - time.monotonic(), cursor.recheck_in())
-            wait = max(0.0, wait if left is None else min(wait, left))
-            done, _ = await asyncio.wait({receiving}, timeout=wait)
-            if done:
-                message, receiving = receiving.result(), None
-                if message.get("type") == REVOKED:
-                    raise CredentialsGone
-                found = [d for one in unbatched(message) for d in await cursor.admit(one)]
-            elif cursor.recheck_in() <= 0:
-                found = await cursor.recheck()
-            else:
-                continue
-            for delivery in found:
-                yield delivery
-            if found:
-                keepalive_at = time.monotonic() + KEEPALIVE_S
-    finally:
-        if receiving is not None:
-            receiving.cancel()
-        for group in groups:
-            await layer.group_discard(group, channel)
+    cursor = EventCursor(thread=follower.turn.thread, after=after)
+    return thread_follow(
+        cursor, groups=follower.groups, expires_at=follower.expires_at, tick_s=KEEPALIVE_S
+    )
 
 
 class _TaskEvents:

@@ -64,12 +64,10 @@ from common.drf import StreamRenderer
 from common.errors import NotFound
 from interop.a2a.cards import agent_card, agent_card_json
 from interop.a2a.stream import (
-    CredentialsGone,
     Follower,
     sse_frame,
     task_events,
     task_outcome,
-    turn_start,
 )
 from interop.a2a.submit import message_submit
 from interop.a2a.tasks import FINAL_STATES, task_read
@@ -79,7 +77,8 @@ from tenancy.principals import Principal
 from tenancy.viewsets import request_principal
 from threads.models import TURN_TERMINAL, Event, Turn
 from threads.services.control import turn_cancel
-from threads.services.turns import turn_get
+from threads.services.turns import turn_events_start, turn_get
+from threads.streams import CredentialsGone
 
 # How long a blocking SendMessage waits for its task to end (or rest on a person's
 # decision) before it answers the task as it stands.
@@ -229,7 +228,7 @@ class AgentEndpointView(_AgentView):
             principal=self.principal, agent=self.agent.name, message=params.message,
             path=self.request.path,
         )  # fmt: skip
-        after = turn_start(turn)
+        after = turn_events_start(turn)
         follower = Follower.of(turn, self.principal)
         if streaming:
             return self._sse(task_events(follower, first=task_read(turn=turn), after=after))

@@ -83,9 +83,7 @@ class RunRequest:
 
 
 _TOP_LEVEL_KEYS: Final = frozenset(
-    key
-    for name, info in RunAgentInput.model_fields.items()
-    for key in (name, info.alias or name)
+    key for name, info in RunAgentInput.model_fields.items() for key in (name, info.alias or name)
 )
 
 

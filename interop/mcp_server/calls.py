@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min, Q
 
 from agents.models import Agent
 from common.audit import AuditAction
@@ -24,12 +23,10 @@ from interop.turns import agent_thread, agent_thread_open, protocol_turn_submit
 from tenancy.auditing import audit_by
 from tenancy.models import Tenant
 from tenancy.principals import Principal
-from threads.events import EventType
 from threads.models import (
     TURN_PAUSED,
     TURN_TERMINAL,
     Action,
-    Event,
     RunStatus,
     Thread,
     Turn,
@@ -43,7 +40,13 @@ from threads.services.actions import (
 from threads.services.idempotency import idempotent_call, request_hash
 from threads.services.messages import message_json, message_list
 from threads.services.threads import thread_get
-from threads.services.turns import turn_get, turn_messages, turn_reread, turn_status
+from threads.services.turns import (
+    turn_events_start,
+    turn_get,
+    turn_messages,
+    turn_reread,
+    turn_status,
+)
 
 # A turn in one of these is what an agent call answers with: over, or resting on a
 # person's decision (as ``GET /turns/{id}/wait`` answers).
@@ -104,20 +107,7 @@ def agent_call_submit(*, principal: Principal, agent: str, call: AgentCall) -> S
             ).body
         )
     turn = turn_get(tenant=tenant, turn_id=answer["turn_id"])
-    return Submitted(turn=turn, after=_turn_start(turn))
-
-
-def _turn_start(turn: Turn) -> int:
-    """The sequence after which the turn's events come: before its first (its
-    ``queue.changed`` ``added``)."""
-    first = Event.objects.filter(thread_id=turn.thread_id).aggregate(
-        first=Min(
-            "sequence",
-            filter=Q(turn_id=str(turn.pk))
-            | Q(type=EventType.QUEUE_CHANGED, payload__item__id=str(turn.pk)),
-        )
-    )["first"]
-    return max(int(first) - 1, 0) if first is not None else 0
+    return Submitted(turn=turn, after=turn_events_start(turn))
 
 
 def turn_answered(*, turn: Turn) -> bool:

@@ -26,7 +26,7 @@ kept event. Without ``after`` a reader starts at the oldest kept event, told not
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import datetime as dt
 import json
 import time
@@ -34,7 +34,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import path
@@ -48,12 +47,10 @@ from common.drf import StreamRenderer
 from common.errors import DomainError, ValidationFailed
 from common.pagination import LIMIT, MAX_LIMIT, MAX_OFFSET, page_limit, page_response
 from common.schema import error_response, page_of
-from common.time import now
-from tenancy.credentials import REVOKED, credential_groups, credentials_expire_at
+from tenancy.credentials import credential_groups, credentials_expire_at
 from tenancy.viewsets import request_principal
 from threads.api.base import ThreadScopedView
-from threads.broadcast import unbatched
-from threads.events import EventType, thread_group
+from threads.events import EventType
 from threads.models import Thread
 from threads.services.events import (
     event_envelopes,
@@ -61,7 +58,7 @@ from threads.services.events import (
     event_resume_point,
     events_pruned,
 )
-from threads.streams import Delivery, EventCursor
+from threads.streams import CredentialsGone, Delivery, EventCursor, thread_subscribed
 
 EVENT_STREAM = "text/event-stream"
 KEEPALIVE_S = 15.0
@@ -306,11 +303,6 @@ class _Credentials:
     groups: list[str]
     expires_at: dt.datetime | None
 
-    def seconds_left(self) -> float | None:
-        if self.expires_at is None:
-            return None
-        return (self.expires_at - now()).total_seconds()
-
 
 REVOKED_FRAME = (
     b'event: revoked\ndata: {"error": {"code": "unauthenticated", "message": "the '
@@ -321,77 +313,36 @@ REVOKED_FRAME = (
 async def _follow(
     cursor: EventCursor, scope: StreamScope, credentials: _Credentials, first: Sequence[bytes]
 ) -> AsyncIterator[bytes]:
-    """ASGI: subscribe, replay, then relay live events (the cursor de-duplicates the seam)
-    and what the cursor's idle rechecks find, until the scope ends or the credentials go
-    away. Everything runs on this generator's task, so the cursor is never read twice at
-    once."""
+    """ASGI: the scope's frames of the thread's events (:func:`thread_subscribed`: replayed,
+    then live), until the scope ends or the credentials go away, with a keepalive comment
+    after ``KEEPALIVE_S`` without a frame."""
     thread = cursor.thread
-    layer = get_channel_layer()
-    assert layer is not None
-    channel = await layer.new_channel()
-    groups = [thread_group(tenant_id=thread.tenant_id, thread_id=thread.pk), *credentials.groups]
-    for group in groups:
-        await layer.group_add(group, channel)
-    receiving: asyncio.Task[dict[str, Any]] | None = None
-    try:
-        yield b"retry: 2000\n\n"
-        for frame in first:
-            yield frame
-        async for delivery in cursor.replay():
-            if scope.keep(delivery):
-                yield scope.frame(delivery)
-                if scope.last(delivery):
-                    return
+
+    def replay_over() -> bool:
         scope.replayed()
-        if thread.terminated_at is not None or scope.ended:
-            return
-        keepalive_at = time.monotonic() + KEEPALIVE_S
-        while True:
-            left = credentials.seconds_left()
-            if left is not None and left <= 0:
-                yield REVOKED_FRAME
-                return
-            if time.monotonic() >= keepalive_at:
-                yield b": keepalive\n\n"
-                keepalive_at = time.monotonic() + KEEPALIVE_S
-            if receiving is None:
-                receiving = asyncio.ensure_future(layer.receive(channel))
-            wait = min(keepalive_at - time.monotonic(), cursor.recheck_in())
-            wait = max(0.0, wait if left is None else min(wait, left))
-            done, _ = await asyncio.wait({receiving}, timeout=wait)
-            if done:
-                message, receiving = receiving.result(), None
-                if message.get("type") == REVOKED:
-                    yield REVOKED_FRAME
-                    return
-                deliveries = [d for one in unbatched(message) for d in await cursor.admit(one)]
-            elif cursor.recheck_in() <= 0:
-                deliveries = await cursor.recheck()
-            else:
-                continue
-            frames, ended = _framed(deliveries, scope)
-            for frame in frames:
+        return thread.terminated_at is not None or scope.ended
+
+    try:
+        async with thread_subscribed(cursor, groups=credentials.groups) as subscription:
+            yield b"retry: 2000\n\n"
+            for frame in first:
                 yield frame
-            if ended:
-                return
-            if frames:
-                keepalive_at = time.monotonic() + KEEPALIVE_S
-    finally:
-        if receiving is not None:
-            receiving.cancel()
-        for group in groups:
-            await layer.group_discard(group, channel)
-
-
-def _framed(deliveries: Sequence[Delivery], scope: StreamScope) -> tuple[list[bytes], bool]:
-    """The frames ``scope`` keeps of ``deliveries``, and whether the stream ends with them."""
-    frames: list[bytes] = []
-    for delivery in deliveries:
-        if scope.keep(delivery):
-            frames.append(scope.frame(delivery))
-            if scope.last(delivery):
-                return frames, True
-    return frames, False
+            keepalive_at = time.monotonic() + KEEPALIVE_S
+            events = subscription.events(
+                expires_at=credentials.expires_at, tick_s=KEEPALIVE_S, replayed=replay_over
+            )
+            async with contextlib.aclosing(events):
+                async for delivery in events:
+                    if delivery is not None and scope.keep(delivery):
+                        yield scope.frame(delivery)
+                        if scope.last(delivery):
+                            return
+                        keepalive_at = time.monotonic() + KEEPALIVE_S
+                    elif time.monotonic() >= keepalive_at:
+                        yield b": keepalive\n\n"
+                        keepalive_at = time.monotonic() + KEEPALIVE_S
+    except CredentialsGone:
+        yield REVOKED_FRAME
 
 
 urlpatterns = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-from django.db.models import Max, Min, Q
 from django.http import HttpResponseBase
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -20,7 +19,8 @@ from rest_framework.request import Request
 from threads.api.base import TurnScopedView
 from threads.api.events import EventStreamRenderer, StreamScope, sse_response
 from threads.events import QUEUE_CHANGES_ENDING_TURNS, TURN_END_EVENTS, EventType
-from threads.models import TURN_TERMINAL, Event, Turn
+from threads.models import TURN_TERMINAL, Turn
+from threads.services.turns import turn_events_start
 from threads.streams import Delivery, EventCursor
 
 STREAM_DESCRIPTION = (
@@ -70,22 +70,6 @@ class _TurnScope(StreamScope):
         return any(item.get("id") == self.turn_id for item in items)
 
 
-def _turn_start(turn: Turn) -> int:
-    """The sequence after which the turn's stream replays: before its first event, or the
-    thread's newest event when it has none yet (one read, so none can slip between)."""
-    found = Event.objects.filter(thread_id=turn.thread_id).aggregate(
-        first=Min(
-            "sequence",
-            filter=Q(turn_id=str(turn.pk))
-            | Q(type=EventType.QUEUE_CHANGED, payload__item__id=str(turn.pk)),
-        ),
-        newest=Max("sequence"),
-    )
-    if found["first"] is not None:
-        return int(found["first"]) - 1
-    return int(found["newest"] or 0)
-
-
 class TurnStreamView(TurnScopedView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
@@ -101,7 +85,7 @@ class TurnStreamView(TurnScopedView):
         added) until the event that ends it; ``?reasoning=1`` adds ``reasoning.delta``."""
         turn = self.turn()
         reasoning = request.query_params.get("reasoning", "") in ("1", "true", "yes")
-        cursor = EventCursor(thread=turn.thread, after=_turn_start(turn), reasoning=reasoning)
+        cursor = EventCursor(thread=turn.thread, after=turn_events_start(turn), reasoning=reasoning)
         return sse_response(request, cursor, _TurnScope(turn))
 
 

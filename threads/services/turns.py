@@ -13,15 +13,17 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Max, Min, Q, QuerySet
 
 from common.errors import Conflict, NotFound, ValidationFailed
 from common.ids import id_of
 from common.rows import columns_of
 from common.time import now_us
 from tenancy.models import Tenant
+from threads.events import EventType
 from threads.models import (
     TURN_ACTIVE,
+    Event,
     Log,
     Message,
     MessageStatus,
@@ -266,3 +268,20 @@ def thread_read_model(*, thread: Thread) -> dict[str, Any]:
         "incidents": [{"at": row.created_at, **row.data} for row in incidents[:INCIDENTS_SHOWN]],
         "routing_limit_summary": routing_limit_summary(thread=thread, turn=active),
     }
+
+
+def turn_events_start(turn: Turn) -> int:
+    """The sequence after which ``turn``'s events come (a stream of the turn replays from
+    it): before its first event (its ``queue.changed`` ``added``), or the thread's newest
+    when it has none yet (one read, so none can slip between)."""
+    found = Event.objects.filter(thread_id=turn.thread_id).aggregate(
+        first=Min(
+            "sequence",
+            filter=Q(turn_id=str(turn.pk))
+            | Q(type=EventType.QUEUE_CHANGED, payload__item__id=str(turn.pk)),
+        ),
+        newest=Max("sequence"),
+    )
+    if found["first"] is not None:
+        return int(found["first"]) - 1
+    return int(found["newest"] or 0)
