@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from agents.bundles import bundle_import
 from tenancy.models import Role, Tenant
 from tests.connectors.mcp_peer import TOKEN, Peer, mcp_peer
-from tests.support import current_database_url
+from tests.support import current_database_url, database_text
 from tests.worker import (
     Worker,
     log_on_failure,
@@ -210,17 +209,6 @@ def test_a_code_mode_program_calls_an_mcp_tool(
     assert ("forecast", {"city": "Paris"}) in peer.calls
 
 
-def _database_text() -> str:
-    """Every row of every table as JSON text (bytea columns render as ``\\x<hex>``)."""
-    chunks: list[str] = []
-    with connection.cursor() as cursor:
-        for table in connection.introspection.table_names():
-            name = connection.ops.quote_name(table)
-            cursor.execute(f"SELECT row_to_json(t)::text FROM {name} t")  # noqa: S608
-            chunks.extend(row[0] for row in cursor.fetchall())
-    return "\n".join(chunks)
-
-
 def test_the_bearer_appears_in_no_row_event_or_log_line(
     worker: Worker, tenant: Tenant, api: APIClient, tmp_path: Path
 ) -> None:
@@ -233,7 +221,7 @@ def test_the_bearer_appears_in_no_row_event_or_log_line(
              format="json")  # fmt: skip
     _ended(turns[1], worker)
 
-    text = _database_text()
+    text = database_text()
     events = [str(row.payload) for row in Event.objects.filter(thread__in=threads)]
 
     assert "weather__forecast" in text  # the rows are there...

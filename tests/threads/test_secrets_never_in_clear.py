@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 from django.urls import include, path
 from rest_framework.test import APIClient
 
 from tenancy.models import Role, Tenant
+from tests.support import database_text
 from threads.api import env as env_api
 from threads.api import values as values_api
 from threads.models import TenantEnv, Thread, ThreadEnv, ThreadValue
@@ -66,18 +66,6 @@ def planted(tenant: Tenant, thread: Thread, client_for: Callable[..., APIClient]
     return [w.content for w in writes[:3]]
 
 
-def _database_text() -> str:
-    """Every row of every table as JSON text (bytea columns render as ``\\x<hex>``)."""
-    chunks: list[str] = []
-    with connection.cursor() as cursor:
-        for table in connection.introspection.table_names():
-            # Table names come from introspection, quoted: not user input.
-            name = connection.ops.quote_name(table)
-            cursor.execute(f"SELECT row_to_json(t)::text FROM {name} t")  # noqa: S608
-            chunks.extend(row[0] for row in cursor.fetchall())
-    return "\n".join(chunks)
-
-
 def test_env_answers_never_carry_values(
     planted: list[bytes], tenant: Tenant, thread: Thread, client_for: Callable[..., APIClient]
 ) -> None:
@@ -98,7 +86,7 @@ def test_no_database_column_holds_a_planted_value_in_clear_or_hex(
 ) -> None:
     thread.metadata = {"control": "sentinel-visible-control"}
     thread.save(update_fields=["metadata"])
-    dump = _database_text()
+    dump = database_text()
 
     # Controls: the scan sees plain columns, and bytea columns as hex.
     ciphertext = bytes(ThreadEnv.objects.get(thread=thread, name="API_TOKEN").value_encrypted)

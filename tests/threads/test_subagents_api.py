@@ -21,7 +21,7 @@ from agents.registry import ToolResult, tool
 from common.time import now_us
 from tenancy.models import Role, Tenant
 from tests.answers import documented
-from tests.support import ContextThread
+from tests.support import ContextThread, database_text
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Event, Log, Message, SubagentLink, Thread, Turn, VariableRequest
 from threads.runtime.spawn import Spawned, SpawnRequest, relationship_load, spawn_child
@@ -180,17 +180,6 @@ def _secret_free(where: str, text: str) -> None:
     assert SECRET.encode().hex() not in text.lower(), f"the secret appears (hex) in {where}"
 
 
-def _database_text() -> str:
-    """Every row of every table as JSON text (bytea columns render as ``\\x<hex>``)."""
-    chunks: list[str] = []
-    with connection.cursor() as cursor:
-        for table in connection.introspection.table_names():
-            name = connection.ops.quote_name(table)  # from introspection, not user input
-            cursor.execute(f"SELECT row_to_json(t)::text FROM {name} t")  # noqa: S608
-            chunks.extend(row[0] for row in cursor.fetchall())
-    return "\n".join(chunks)
-
-
 def test_the_variable_bootstrap_flow_end_to_end_never_shows_the_secret(
     engine: Engine,
     token_reads: list[str],
@@ -303,7 +292,7 @@ def test_the_variable_bootstrap_flow_end_to_end_never_shows_the_secret(
     assert len(engine.script.requests) == 6
     for index, model_request in enumerate(engine.script.requests):
         _secret_free(f"model request {index}", repr(model_request))
-    _secret_free("the database", _database_text())
+    _secret_free("the database", database_text())
 
     # Another tenant sees none of it.
     intruder = _client(other_tenant, client_for, Role.ADMIN)
