@@ -28,6 +28,12 @@ if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow
 
 
+def step_tools(flow: Flow, prompt: PromptDoc) -> dict[str, ResolvedTool]:
+    """What a model step of ``prompt`` offers: the prompt's tools, and the tools the turn's
+    client runs (threads.runtime.client_tools), the prompt's winning a shared name."""
+    return {**client_tools_of(flow.turn), **prompt_tools(flow, prompt)}
+
+
 def step_run(flow: Flow, acting: Side, side: SideConfig) -> StepOutcome:
     execution = flow.execution
     execution.current_side = acting
@@ -58,7 +64,7 @@ def _answer(
     and the call tried once more (then the step fails as it would have)."""
     for attempt in (1, 2):
         messages = context_build(flow, prompt, acting, hooks)
-        tools = {**client_tools_of(flow.turn), **prompt_tools(flow, prompt)}
+        tools = step_tools(flow, prompt)
         try:
             issuer, response = model_call(
                 flow, prompt, acting, messages, tools, hooks, parent=None, stop_side=side
@@ -97,7 +103,7 @@ def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> S
         )
     }  # fmt: skip
     with flow.outbox.step(execution.step_count):
-        tools = {**client_tools_of(flow.turn), **prompt_tools(flow, prompt)}
+        tools = step_tools(flow, prompt)
         runner = tool_runner(flow, prompt, acting, parent=None, tools=tools, hooks=hooks,
                              side=side, pausable=True)  # fmt: skip
         outcomes = [
