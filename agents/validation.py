@@ -254,10 +254,10 @@ class _Context:
         if remote is not None:
             yield from self._remote_entry(doc, index, path, ref, remote.problem)
             return
-        if target.startswith(("provider:", "mcp:")):
+        if target.startswith(("provider:", "mcp:", "a2a:")):
             yield Problem(
                 "prompts", doc.name, path,
-                f"{target!r}: provider-executed and MCP tools are not supported",
+                f"{target!r}: provider-executed and remote tools are not supported here",
             )  # fmt: skip
             return
         if target == doc.name:

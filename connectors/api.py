@@ -1,7 +1,12 @@
-"""REST for a tenant's MCP servers: ``/api/v1/mcp-servers`` (list, create),
-``/api/v1/mcp-servers/{name}`` (read, change, delete), ``/{name}/tools`` (the cached tool list,
-fetched again when stale) and ``/{name}/refresh`` (fetched now). Secrets are write-only: no
-answer holds one. Admins write servers and refresh them; any role reads them."""
+"""REST for a tenant's remote connections.
+
+- MCP servers: ``/api/v1/mcp-servers`` (list, create), ``/api/v1/mcp-servers/{name}`` (read,
+  change, delete), ``/{name}/tools`` (the cached tool list, fetched again when stale) and
+  ``/{name}/refresh`` (fetched now).
+- A2A agents: ``/api/v1/a2a-agents`` and ``/{name}`` likewise, ``/{name}/card`` (the cached
+  card, fetched again when stale) and ``/{name}/refresh``.
+
+Secrets are write-only: no answer holds one. Admins write and refresh; any role reads."""
 
 from __future__ import annotations
 
@@ -17,10 +22,18 @@ from rest_framework.response import Response
 from common.inputs import StrictInput
 from common.pagination import paginate
 from common.schema import US_SINCE_EPOCH, error_responses
-from connectors.models import McpAuth, McpServer, McpTransport
+from connectors.a2a import (
+    a2a_agent_delete,
+    a2a_agent_get,
+    a2a_agent_json,
+    a2a_agent_list,
+    a2a_agent_save,
+    card_current,
+    card_listing_json,
+)
+from connectors.models import A2aAgent, McpServer, McpTransport, RemoteAuth
+from connectors.remote import MAX_CALL_TIMEOUT_S, MAX_TTL_S
 from connectors.servers import (
-    MAX_CALL_TIMEOUT_S,
-    MAX_TTL_S,
     mcp_server_delete,
     mcp_server_get,
     mcp_server_json,
@@ -36,13 +49,13 @@ from tenancy.viewsets import TenantScopedViewSet
 WRITE_ONLY = "write-only: stored encrypted, never shown again"
 
 
-class McpAuthInput(StrictInput):
+class AuthInput(StrictInput):
     """How calls authenticate. `bearer` takes `token`; `header` takes `header_name` and
     `header_value`; `oauth_client_credentials` takes `client_id`, `client_secret`, `token_url`
     and optional `scopes` (space-separated). A change that keeps the type may leave the secret
     out to keep the stored one."""
 
-    type = serializers.ChoiceField(choices=McpAuth.choices)
+    type = serializers.ChoiceField(choices=RemoteAuth.choices)
     token = serializers.CharField(
         required=False, write_only=True, max_length=4096,
         help_text=f"`bearer`: the token, {WRITE_ONLY}",
@@ -77,7 +90,7 @@ class McpServerInput(StrictInput):
     )  # fmt: skip
     description = serializers.CharField(required=False, allow_blank=True, max_length=500)
     transport = serializers.ChoiceField(choices=McpTransport.choices, required=False)
-    auth = McpAuthInput(required=False)
+    auth = AuthInput(required=False)
     tools_ttl_s = serializers.IntegerField(
         required=False, min_value=0, max_value=MAX_TTL_S,
         help_text="how long the tool list is used before it is fetched again",
@@ -88,7 +101,7 @@ class McpServerInput(StrictInput):
     )  # fmt: skip
 
 
-class McpAuthOutput(serializers.Serializer[Any]):
+class AuthOutput(serializers.Serializer[Any]):
     type = serializers.CharField()
     secret_set = serializers.BooleanField(help_text="whether a secret is stored (never shown)")
     header_name = serializers.CharField(required=False)
@@ -97,8 +110,8 @@ class McpAuthOutput(serializers.Serializer[Any]):
     scopes = serializers.CharField(required=False)
 
 
-class McpHealthOutput(serializers.Serializer[Any]):
-    """The last contact with the server (a listing or a call)."""
+class HealthOutput(serializers.Serializer[Any]):
+    """The last contact (a listing, a card or a call)."""
 
     ok = serializers.BooleanField(allow_null=True, help_text="null: never contacted")
     checked_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
@@ -115,12 +128,12 @@ class McpServerOutput(serializers.Serializer[Any]):
     url = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     transport = serializers.CharField()
-    auth = McpAuthOutput()
+    auth = AuthOutput()
     tools_ttl_s = serializers.IntegerField()
     call_timeout_s = serializers.IntegerField()
     tool_count = serializers.IntegerField(help_text="tools in the cached list")
     tools_fetched_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
-    health = McpHealthOutput()
+    health = HealthOutput()
     created_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
     updated_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
 
@@ -140,7 +153,7 @@ class McpToolListOutput(serializers.Serializer[Any]):
         allow_null=True, help_text="why the list could not be fetched (then it is the cached one)"
     )
     tools = McpToolOutput(many=True)
-    health = McpHealthOutput()
+    health = HealthOutput()
 
 
 class McpServerViewSet(TenantScopedViewSet):
@@ -225,3 +238,154 @@ class McpServerViewSet(TenantScopedViewSet):
         listing = tools_current(self._row(), refresh=refresh)
         names = server_tool_names(listing.server.name, listing.tools)
         return Response(tool_listing_json(listing, names=names))
+
+
+# A2A agents ------------------------------------------------------------------------------------
+
+
+class A2aAgentInput(StrictInput):
+    """A remote A2A agent. Creating one needs `name` and `url`; a change sends only what
+    changes (a new `url` or `auth` forgets the cached card and the health)."""
+
+    name = serializers.RegexField(
+        r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$", max_length=32, required=False,
+        help_text="how prompts name it (`a2a:<name>`); the model calls it as "
+        "`<name>__send_message`",
+    )  # fmt: skip
+    url = serializers.CharField(
+        required=False, max_length=500,
+        help_text="where its card is (`<url>/.well-known/agent-card.json`); private addresses "
+        "are refused unless the operator allows them",
+    )  # fmt: skip
+    description = serializers.CharField(required=False, allow_blank=True, max_length=500)
+    auth = AuthInput(required=False)
+    card_ttl_s = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_TTL_S,
+        help_text="how long the card is used before it is fetched again",
+    )  # fmt: skip
+    call_timeout_s = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_CALL_TIMEOUT_S,
+        help_text="how long one message may take to be answered (a task still running then "
+        "is cancelled)",
+    )  # fmt: skip
+
+
+class A2aSkillOutput(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+
+
+class A2aCardSummaryOutput(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    version = serializers.CharField(allow_blank=True)
+    interface = serializers.CharField(allow_null=True, help_text="its JSON-RPC endpoint")
+    streaming = serializers.BooleanField()
+    skills = A2aSkillOutput(many=True)
+
+
+class A2aAgentOutput(serializers.Serializer[Any]):
+    """An A2A agent as answers show it: never its secret."""
+
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    tool = serializers.CharField(help_text="the name the model calls it by")
+    url = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    auth = AuthOutput()
+    card_ttl_s = serializers.IntegerField()
+    call_timeout_s = serializers.IntegerField()
+    card = A2aCardSummaryOutput(allow_null=True, help_text="null: never fetched")
+    card_fetched_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    health = HealthOutput()
+    created_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+    updated_at = serializers.IntegerField(help_text=US_SINCE_EPOCH)
+
+
+class A2aCardOutput(serializers.Serializer[Any]):
+    agent = serializers.CharField()
+    fetched_at = serializers.IntegerField(allow_null=True, help_text=US_SINCE_EPOCH)
+    stale = serializers.BooleanField(help_text="older than the agent's card_ttl_s")
+    error = serializers.CharField(
+        allow_null=True, help_text="why the card could not be fetched (then it is the cached one)"
+    )
+    card = serializers.JSONField(allow_null=True, help_text="the agent's card (A2A 1.0 JSON)")
+    health = HealthOutput()
+
+
+class A2aAgentViewSet(TenantScopedViewSet):
+    """The tenant's remote A2A agents, addressed by name."""
+
+    queryset = A2aAgent.objects.all()
+    write_role = Role.ADMIN
+    lookup_field = "name"
+    lookup_value_converter = "str"
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.order_by("name")
+
+    def _row(self) -> A2aAgent:
+        return a2a_agent_get(tenant=self.principal.tenant, name=self.kwargs["name"])
+
+    @extend_schema(
+        operation_id="a2a_agents_list", summary="List the remote A2A agents",
+        responses=A2aAgentOutput,
+    )  # fmt: skip
+    def list(self, request: Request) -> Response:
+        rows = a2a_agent_list(tenant=self.principal.tenant)
+        return paginate(request, rows, a2a_agent_json, view=self)
+
+    @extend_schema(
+        operation_id="a2a_agents_create", summary="Register a remote A2A agent",
+        description="Its secret is stored encrypted and never shown again. Nothing is "
+        "contacted yet: fetch its card with `/card`.",
+        request=A2aAgentInput, responses={201: A2aAgentOutput, **error_responses(409, 413)},
+    )  # fmt: skip
+    def create(self, request: Request) -> Response:
+        A2aAgentInput(data=request.data).is_valid(raise_exception=True)
+        row = a2a_agent_save(tenant=self.principal.tenant, data=request.data)
+        return Response(a2a_agent_json(row), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="a2a_agents_retrieve", summary="Get a remote A2A agent",
+        responses=A2aAgentOutput,
+    )  # fmt: skip
+    def retrieve(self, request: Request, name: str) -> Response:
+        return Response(a2a_agent_json(self._row()))
+
+    @extend_schema(
+        operation_id="a2a_agents_partial_update", summary="Change a remote A2A agent",
+        request=A2aAgentInput, responses={200: A2aAgentOutput, **error_responses(409)},
+    )  # fmt: skip
+    def partial_update(self, request: Request, name: str) -> Response:
+        A2aAgentInput(data=request.data, partial=True).is_valid(raise_exception=True)
+        row = a2a_agent_save(tenant=self.principal.tenant, data=request.data, current=self._row())
+        return Response(a2a_agent_json(row))
+
+    @extend_schema(
+        operation_id="a2a_agents_destroy", summary="Delete a remote A2A agent",
+        description="Prompts naming it offer its tool no more.", responses={204: None},
+    )  # fmt: skip
+    def destroy(self, request: Request, name: str) -> Response:
+        a2a_agent_delete(tenant=self.principal.tenant, row=self._row())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        operation_id="a2a_agents_card", summary="The card of a remote A2A agent",
+        description="The cached card, fetched again first when older than `card_ttl_s`. "
+        "When the agent cannot be reached, the cached card is answered with `error`.",
+        responses=A2aCardOutput,
+    )  # fmt: skip
+    @action(detail=True, methods=["get"], url_path="card")
+    def card(self, request: Request, name: str) -> Response:
+        return Response(card_listing_json(card_current(self._row())))
+
+    @extend_schema(
+        operation_id="a2a_agents_refresh", summary="Fetch a remote A2A agent's card now",
+        description="Fetches the card now and caches it; the health records the outcome.",
+        request=None, responses=A2aCardOutput,
+    )  # fmt: skip
+    @action(detail=True, methods=["post"], url_path="refresh")
+    def refresh(self, request: Request, name: str) -> Response:
+        return Response(card_listing_json(card_current(self._row(), refresh=True)))

@@ -1,23 +1,26 @@
 """The engine's door to remote tools: what a prompt's ``tools[]`` reference to a remote source
 resolves to, and calling one.
 
-A reference names a source by its prefix. Today the one source is MCP: ``mcp:<server>`` (every
-tool the server lists) or ``mcp:<server>/<tool>`` (one). Another source (A2A agents) adds its
-prefix to :data:`SOURCES` with a resolver and a caller; the engine does not change.
+A reference names a source by its prefix:
 
-The model sees a remote tool as ``<server>__<tool>``, the remote name's characters outside
-``[A-Za-z0-9_-]`` replaced by ``_`` and cut to 64 characters (a provider's limit): two tools of
-one server that become the same name are refused (:func:`remote_check` names them, and a flow
-offers only the first).
+- MCP: ``mcp:<server>`` (every tool the server lists) or ``mcp:<server>/<tool>`` (one). The
+  model sees a remote tool as ``<server>__<tool>``, the remote name's characters outside
+  ``[A-Za-z0-9_-]`` replaced by ``_`` and cut to 64 characters (a provider's limit): two tools
+  of one server that become the same name are refused (validation names them, and a flow
+  offers only the first).
+- A2A: ``a2a:<agent>``, one tool ``<agent>__send_message`` (:mod:`connectors.a2a`).
+
+Each source has a resolver (what a reference offers a flow), a check (what definition
+validation says of it, from cached data only) and a caller; the engine does not change.
 
 :func:`remote_call` never raises: a transport error, a timeout, an egress refusal, a deleted
-server or the tool's own error (``isError``) is a failure result naming the server. It opens
-no transaction and must be called with none open (the runner calls it after ``flow.idle()``).
+server or agent, or the tool's own error is a failure result naming the server or agent. It
+opens no transaction and must be called with none open (the runner calls it after
+``flow.idle()``).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import mimetypes
@@ -39,29 +42,23 @@ from mcp_types import (
 
 from agents.registry import ToolResult
 from agents.remote_refs import RemoteRefCheck
-from connectors import client
-from connectors.client import McpUnavailable
-from connectors.models import McpServer
-from connectors.servers import (
-    contact_recorded,
-    server_endpoint,
-    server_failure,
-    token_forget,
-    tools_current,
-)
+from connectors import a2a, client
+from connectors.models import A2aAgent, McpServer
+from connectors.remote import contact_failed, contact_recorded, endpoint_of
+from connectors.results import large_result
+from connectors.servers import server_name, tools_current
+from connectors.transport import RemoteUnavailable
 from tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
 
-Source = Literal["mcp"]
+Source = Literal["mcp", "a2a"]
 MCP_PREFIX: Final = "mcp:"
+A2A_PREFIX: Final = "a2a:"
+PREFIXES: Final[dict[str, Source]] = {MCP_PREFIX: "mcp", A2A_PREFIX: "a2a"}
 TOOL_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_TOOL_NAME: Final = 64
 SEPARATOR: Final = "__"
-# A result whose text passes this many characters is stored as a file; the model reads the
-# first PREVIEW_CHARS and the file's path.
-LARGE_RESULT_CHARS: Final = 20_000
-PREVIEW_CHARS: Final = 2_000
 _UNSAFE: Final = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -88,10 +85,11 @@ class RemoteRef:
 def parse_ref(ref: str) -> RemoteRef | None:
     """The remote reference ``ref`` spells, or None when it is not one (no known prefix).
     A malformed one (``mcp:`` without a server) parses with an empty server."""
-    if not ref.startswith(MCP_PREFIX):
-        return None
-    server, _, tool = ref[len(MCP_PREFIX) :].partition("/")
-    return RemoteRef("mcp", server, tool or None)
+    for prefix, source in PREFIXES.items():
+        if ref.startswith(prefix):
+            server, _, tool = ref[len(prefix) :].partition("/")
+            return RemoteRef(source, server, tool or None)
+    return None
 
 
 def is_remote_ref(ref: str) -> bool:
@@ -160,6 +158,8 @@ def remote_tools(*, tenant: Tenant, ref: str) -> Resolution:
     parsed = parse_ref(ref)
     if parsed is None:
         return Resolution((), f"{ref!r} is not a remote tool reference")
+    if parsed.source == "a2a":
+        return _a2a_tools(tenant, parsed)
     row = McpServer.objects.for_tenant(tenant).filter(name=parsed.server).first()
     if row is None:
         return Resolution((), f"no MCP server named {parsed.server!r}")
@@ -168,6 +168,19 @@ def remote_tools(*, tenant: Tenant, ref: str) -> Resolution:
     if resolution.problem is not None or listing.error is not None:
         logger.warning("tools of %s: %s", ref, resolution.problem or listing.error)
     return resolution
+
+
+def _a2a_tools(tenant: Tenant, ref: RemoteRef) -> Resolution:
+    """An A2A agent's one tool, described from its cached card (a call fetches a stale card:
+    nothing is fetched here)."""
+    row = A2aAgent.objects.for_tenant(tenant).filter(name=ref.server).first()
+    if row is None:
+        return Resolution((), f"no A2A agent named {ref.server!r}")
+    tool = RemoteTool(
+        name=a2a.tool_name(row.name), description=a2a.tool_description(row),
+        parameters=a2a.PARAMETERS, source="a2a", server=row.name, remote_name="send_message",
+    )  # fmt: skip
+    return Resolution((tool,))
 
 
 # Checking references in definitions (agents.remote_refs) ---------------------------------------
@@ -210,6 +223,36 @@ def mcp_ref_lookup(tenant: Tenant) -> McpRefLookup:
     return McpRefLookup(tenant)
 
 
+class A2aRefLookup:
+    """How definition validation judges ``a2a:`` references of one tenant (the agent must be
+    registered; its one tool's name needs no card)."""
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+        self._names: set[str] | None = None
+
+    def resolve(self, ref: str) -> RemoteRefCheck | None:
+        parsed = parse_ref(ref)
+        if parsed is None or parsed.source != "a2a":
+            return None
+        if not parsed.server or parsed.tool is not None:
+            return RemoteRefCheck(problem=f"{ref!r}: write a2a:<agent>, the name of one of "
+                                          "this tenant's A2A agents")  # fmt: skip
+        if self._names is None:
+            self._names = set(
+                A2aAgent.objects.for_tenant(self.tenant).values_list("name", flat=True)
+            )
+        if parsed.server not in self._names:
+            known = ", ".join(sorted(self._names)) or "none"
+            return RemoteRefCheck(problem=f"no A2A agent named {parsed.server!r} (this "
+                                          f"tenant's: {known})")  # fmt: skip
+        return RemoteRefCheck(names=(a2a.tool_name(parsed.server),))
+
+
+def a2a_ref_lookup(tenant: Tenant) -> A2aRefLookup:
+    return A2aRefLookup(tenant)
+
+
 # Calling ---------------------------------------------------------------------------------------
 
 
@@ -230,15 +273,17 @@ def _mcp_call(tenant: Tenant, tool: RemoteTool, arguments: Mapping[str, Any]) ->
         )
     try:
         answer = client.tool_call(
-            server_endpoint(row), tool.remote_name, arguments, timeout=float(row.call_timeout_s)
+            endpoint_of(row), tool.remote_name, arguments, timeout=float(row.call_timeout_s)
         )
-    except McpUnavailable as error:
-        token_forget(row)
-        message = server_failure(row, error)
-        contact_recorded(row, error=message)
+    except RemoteUnavailable as error:
+        message = contact_failed(row, error, what=server_name(row))
         return ToolResult.failure(message, code=error.code)
     contact_recorded(row, error=None)
     return mcp_result(tool, answer)
+
+
+def _a2a_call(tenant: Tenant, tool: RemoteTool, arguments: Mapping[str, Any]) -> ToolResult:
+    return a2a.agent_call(tenant, tool.server, arguments)
 
 
 def mcp_result(tool: RemoteTool, answer: CallToolResult) -> ToolResult:
@@ -274,19 +319,9 @@ def mcp_result(tool: RemoteTool, answer: CallToolResult) -> ToolResult:
             error_code="mcp_tool_error",
             error_data=structured,
         )
-    if len(text) > LARGE_RESULT_CHARS:
-        suffix = ".json" if not texts and structured is not None else ".txt"
-        mime = "application/json" if suffix == ".json" else "text/plain"
-        attachments.insert(0, {
-            "name": f"{tool.name}-result{suffix}", "mimeType": mime,
-            "data": base64.b64encode(text.encode()).decode(),
-        })  # fmt: skip
-        text = (
-            f"{text[:PREVIEW_CHARS]}\n[... the result is {len(text)} characters; the first "
-            f"{PREVIEW_CHARS} are above, the whole of it is stored as the attachment "
-            f"{tool.name}-result{suffix}]"
-        )
-    return ToolResult.success(text or None, attachments=attachments)
+    return large_result(
+        tool.name, text, attachments, json_text=not texts and structured is not None
+    )
 
 
 def _attachment(tool: RemoteTool, mime: str, data: str, index: int) -> dict[str, Any]:
@@ -295,4 +330,4 @@ def _attachment(tool: RemoteTool, mime: str, data: str, index: int) -> dict[str,
 
 
 Caller = Callable[[Tenant, RemoteTool, Mapping[str, Any]], ToolResult]
-CALLERS: Final[dict[str, Caller]] = {"mcp": _mcp_call}
+CALLERS: Final[dict[str, Caller]] = {"mcp": _mcp_call, "a2a": _a2a_call}

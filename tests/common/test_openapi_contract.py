@@ -21,6 +21,7 @@ NOT_COLLECTIONS = {
     "/api/v1/threads/{thread_id}/storage",
     "/api/v1/threads/{thread_id}/tools",
     "/api/v1/mcp-servers/{name}/tools/",
+    "/api/v1/a2a-agents/{name}/card/",
     "/api/v1/threads/{thread_id}/export",
     "/api/v1/sessions/{session_id}/export",
     "/api/v1/turns/{turn_id}/tools",

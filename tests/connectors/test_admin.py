@@ -8,7 +8,8 @@ from django.test import Client
 
 from common.time import now
 from connectors.models import McpServer
-from connectors.servers import contact_recorded, mcp_server_save
+from connectors.remote import contact_recorded
+from connectors.servers import mcp_server_save
 from tenancy.models import Tenant
 
 pytestmark = pytest.mark.django_db

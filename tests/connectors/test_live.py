@@ -3,7 +3,8 @@ on loopback, streamable HTTP, requiring a bearer) through the API, its prompts n
 server's tools, and a real Celery worker runs turns in which the scripted model calls them:
 results are persisted as tool messages and recorded as ``tool.started`` / ``tool.result``
 events; an ``ask`` rule on one MCP tool pauses the turn and answering resumes it; a code-mode
-program calls one; and the bearer appears in clear in no row, event or log line.
+program calls one; and the bearer appears in clear in no row, event or log line. An agent
+calls a remote A2A agent (the ``a2a-sdk``'s, on loopback) as a tool the same way.
 
 Data is committed (``transaction=True``) so the worker sees it; the server runs in a thread
 of this process, so what it ran is read here."""
@@ -19,6 +20,7 @@ from rest_framework.test import APIClient
 
 from agents.bundles import bundle_import
 from tenancy.models import Role, Tenant
+from tests.connectors import a2a_peer as remote_agent
 from tests.connectors.mcp_peer import TOKEN, Peer, mcp_peer
 from tests.support import current_database_url, database_text
 from tests.worker import (
@@ -230,3 +232,39 @@ def test_the_bearer_appears_in_no_row_event_or_log_line(
     assert events
     assert not any(TOKEN in payload for payload in events)
     assert TOKEN not in worker.log()
+
+
+@pytest.fixture(scope="module")
+def translator() -> Iterator[remote_agent.Peer]:
+    with remote_agent.a2a_peer() as running:
+        yield running
+
+
+def test_an_agent_calls_a_remote_a2a_agent_as_a_tool(
+    worker: Worker, tenant: Tenant, client_for: Callable[..., APIClient],
+    translator: remote_agent.Peer,
+) -> None:  # fmt: skip
+    admin = client_for(tenant, Role.ADMIN)
+    registered = admin.post("/api/v1/a2a-agents", {
+        "name": "translator", "url": translator.url,
+        "auth": {"type": "bearer", "token": remote_agent.TOKEN},
+    }, format="json")  # fmt: skip
+    assert registered.status_code == 201, registered.json()
+    call = {"name": "translator__send_message", "arguments": {"message": "good night"}}
+    document = _agent("delegator", ["a2a:translator"], {"tool_calls": [call]})
+    bundle_import(tenant=tenant, document={"version": 1, **document})
+    thread = thread_create(tenant=tenant, agent_name="delegator")
+
+    turn_id = _submit(admin, thread)
+
+    assert _ended(turn_id, worker) == "completed"
+    ((name, status, content),) = _tool_messages(thread)
+    assert (name, status) == ("translator__send_message", "success")
+    assert str(content).startswith("Bonjour! (good night)\n[task completed; context_id: ")
+    assert str(_answer(thread)).startswith("Done: Bonjour! (good night)")
+    events = _events(thread, "tool.started", "tool.result")
+    assert [kind for kind, _ in events] == ["tool.started", "tool.result"]
+    assert events[0][1]["arguments"] == {"message": "good night"}
+    assert "good night" in translator.calls
+    assert remote_agent.TOKEN not in database_text()
+    assert remote_agent.TOKEN not in worker.log()

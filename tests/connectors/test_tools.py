@@ -14,10 +14,9 @@ import pytest
 from pytest_django.fixtures import Settings
 
 from connectors.models import McpServer
+from connectors.results import LARGE_RESULT_CHARS, PREVIEW_CHARS
 from connectors.servers import mcp_server_save
 from connectors.tools import (
-    LARGE_RESULT_CHARS,
-    PREVIEW_CHARS,
     RemoteTool,
     model_name,
     remote_call,

@@ -44,6 +44,7 @@ from agents.models import PermissionRule
 from common.time import now_us
 from compaction.models import Compaction
 from config.launcher import background_server
+from connectors.a2a import a2a_agent_save
 from connectors.servers import mcp_server_save
 from tenancy.models import Role, Tenant
 from tests.agents.samples import seed_rich
@@ -142,6 +143,7 @@ def _world() -> World:
     )
     # .invalid never resolves (RFC 2606): a listing fails at once, and is answered as such.
     mcp_server_save(tenant=tenant, data={"name": "weather", "url": "https://mcp.invalid/mcp"})
+    a2a_agent_save(tenant=tenant, data={"name": "translator", "url": "https://a2a.invalid/"})
     thread = make_thread(tenant)
     message = message_inject(thread=thread, role="user", content="hello")
     log = log_create(thread=thread, kind="llm", data={"model": "fast"})
@@ -223,6 +225,7 @@ NAMES = {
     "/api/v1/code-tools/": "tally_words",
     "/api/v1/credentials/": "team_key",
     "/api/v1/mcp-servers/": "weather",
+    "/api/v1/a2a-agents/": "translator",
     "/api/v1/env/": "COMPANY",
     "/api/v1/threads/{thread_id}/env/": "TOKEN",
 }

@@ -23,7 +23,8 @@ from agents.registry import thread_endpoint, use_registry
 from common.time import now_us
 from compaction.models import Compaction
 from config.routing import websocket_urlpatterns
-from connectors.models import McpServer
+from connectors.a2a import a2a_agent_save
+from connectors.models import A2aAgent, McpServer
 from connectors.servers import mcp_server_save
 from tenancy.authentication import TenantAuthMiddlewareStack
 from tenancy.models import ApiKey, Role, Tenant
@@ -97,6 +98,18 @@ def _owned_mcp_server(tenant: Tenant) -> dict[str, str]:
               "auth": {"type": "bearer", "token": "victim-token"}},
     )  # fmt: skip
     return {"name": "weather"}
+
+
+def _owned_a2a_agent(tenant: Tenant) -> dict[str, str]:
+    """The tenant's remote A2A agent ``translator``."""
+    if A2aAgent.objects.for_tenant(tenant).filter(name="translator").exists():
+        return {"name": "translator"}
+    a2a_agent_save(
+        tenant=tenant,
+        data={"name": "translator", "url": "https://a2a.example.com/",
+              "auth": {"type": "bearer", "token": "victim-token"}},
+    )  # fmt: skip
+    return {"name": "translator"}
 
 
 def _owned_thread(tenant: Tenant) -> dict[str, str]:
@@ -297,6 +310,9 @@ OBJECT_ROUTES: dict[str, Callable[[Tenant], dict[str, str]]] = {
     "mcp-server-detail": _owned_mcp_server,
     "mcp-server-tools": _owned_mcp_server,
     "mcp-server-refresh": _owned_mcp_server,
+    "a2a-agent-detail": _owned_a2a_agent,
+    "a2a-agent-card": _owned_a2a_agent,
+    "a2a-agent-refresh": _owned_a2a_agent,
     "schedule-detail": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-pause": lambda tenant: {"pk": _owned_schedule(tenant)},
     "schedule-resume": lambda tenant: {"pk": _owned_schedule(tenant)},

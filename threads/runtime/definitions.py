@@ -29,10 +29,11 @@ from connectors.tools import RemoteTool, is_remote_ref, remote_tools
 from tenancy.models import Tenant
 
 ToolKind = Literal[
-    "function", "code", "prompt", "handoff", "subagent", "lifecycle", "code_mode", "client", "mcp"
-]
+    "function", "code", "prompt", "handoff", "subagent", "lifecycle", "code_mode", "client",
+    "mcp", "a2a",
+]  # fmt: skip
 # What a code-mode program may call (remote tools are called as function tools are).
-PROGRAM_KINDS: Final = frozenset({"function", "mcp"})
+PROGRAM_KINDS: Final = frozenset({"function", "mcp", "a2a"})
 T = TypeVar("T")
 ENABLED_FLAGS = frozenset({"true", "1", "yes"})
 
