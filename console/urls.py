@@ -11,6 +11,7 @@ from console.views import (
     audit,
     credentials,
     files,
+    mcp_servers,
     observe,
     playground,
     threads,
@@ -33,6 +34,7 @@ urlpatterns = [
     *files.urlpatterns,
     *values.urlpatterns,
     *observe.urlpatterns,
+    *mcp_servers.urlpatterns,
     *credentials.urlpatterns,  # before the agents pages: agents/<kind>/<name>/ would take it
     *agents.urlpatterns,
     *playground.urlpatterns,
