@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -19,6 +20,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.audit import AuditAction
 from common.inputs import StrictInput
 from common.pagination import paginate
 from common.schema import US_SINCE_EPOCH, error_responses
@@ -31,6 +33,7 @@ from connectors.a2a import (
     card_current,
     card_listing_json,
 )
+from connectors.auditing import connection_audit
 from connectors.models import A2aAgent, McpServer, McpTransport, RemoteAuth
 from connectors.remote import MAX_CALL_TIMEOUT_S, MAX_TTL_S
 from connectors.servers import (
@@ -186,7 +189,9 @@ class McpServerViewSet(TenantScopedViewSet):
     )  # fmt: skip
     def create(self, request: Request) -> Response:
         McpServerInput(data=request.data).is_valid(raise_exception=True)
-        row = mcp_server_save(tenant=self.principal.tenant, data=request.data)
+        with transaction.atomic():
+            row = mcp_server_save(tenant=self.principal.tenant, data=request.data)
+            connection_audit(self.principal, AuditAction.CONNECTION_CREATED, row, request.data)
         return Response(mcp_server_json(row), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -202,7 +207,10 @@ class McpServerViewSet(TenantScopedViewSet):
     )  # fmt: skip
     def partial_update(self, request: Request, name: str) -> Response:
         McpServerInput(data=request.data, partial=True).is_valid(raise_exception=True)
-        row = mcp_server_save(tenant=self.principal.tenant, data=request.data, current=self._row())
+        current = self._row()
+        with transaction.atomic():
+            row = mcp_server_save(tenant=self.principal.tenant, data=request.data, current=current)
+            connection_audit(self.principal, AuditAction.CONNECTION_UPDATED, row, request.data)
         return Response(mcp_server_json(row))
 
     @extend_schema(
@@ -211,7 +219,10 @@ class McpServerViewSet(TenantScopedViewSet):
         responses={204: None},
     )  # fmt: skip
     def destroy(self, request: Request, name: str) -> Response:
-        mcp_server_delete(tenant=self.principal.tenant, row=self._row())
+        row = self._row()
+        with transaction.atomic():
+            mcp_server_delete(tenant=self.principal.tenant, row=row)
+            connection_audit(self.principal, AuditAction.CONNECTION_DELETED, row, {})
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -344,7 +355,9 @@ class A2aAgentViewSet(TenantScopedViewSet):
     )  # fmt: skip
     def create(self, request: Request) -> Response:
         A2aAgentInput(data=request.data).is_valid(raise_exception=True)
-        row = a2a_agent_save(tenant=self.principal.tenant, data=request.data)
+        with transaction.atomic():
+            row = a2a_agent_save(tenant=self.principal.tenant, data=request.data)
+            connection_audit(self.principal, AuditAction.CONNECTION_CREATED, row, request.data)
         return Response(a2a_agent_json(row), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -360,7 +373,10 @@ class A2aAgentViewSet(TenantScopedViewSet):
     )  # fmt: skip
     def partial_update(self, request: Request, name: str) -> Response:
         A2aAgentInput(data=request.data, partial=True).is_valid(raise_exception=True)
-        row = a2a_agent_save(tenant=self.principal.tenant, data=request.data, current=self._row())
+        current = self._row()
+        with transaction.atomic():
+            row = a2a_agent_save(tenant=self.principal.tenant, data=request.data, current=current)
+            connection_audit(self.principal, AuditAction.CONNECTION_UPDATED, row, request.data)
         return Response(a2a_agent_json(row))
 
     @extend_schema(
@@ -368,7 +384,10 @@ class A2aAgentViewSet(TenantScopedViewSet):
         description="Prompts naming it offer its tool no more.", responses={204: None},
     )  # fmt: skip
     def destroy(self, request: Request, name: str) -> Response:
-        a2a_agent_delete(tenant=self.principal.tenant, row=self._row())
+        row = self._row()
+        with transaction.atomic():
+            a2a_agent_delete(tenant=self.principal.tenant, row=row)
+            connection_audit(self.principal, AuditAction.CONNECTION_DELETED, row, {})
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(

@@ -244,6 +244,34 @@ def test_credential_writes_name_the_fields_never_the_key(tenant: Tenant) -> None
         _by_key(entry, admin_key)
 
 
+def test_remote_connection_writes_name_the_fields_never_the_secret(tenant: Tenant) -> None:
+    client, admin_key = _admin(tenant)
+    bearer = {"type": "bearer", "token": SECRET_VALUE}
+
+    responses = [
+        client.post("/api/v1/mcp-servers", {"name": "weather", "url": "https://mcp.example.com/",
+                                             "auth": bearer}, format="json"),
+        client.patch("/api/v1/mcp-servers/weather", {"description": "Forecasts"}, format="json"),
+        client.post("/api/v1/a2a-agents", {"name": "translator", "url": "https://a2a.example.com/",
+                                            "auth": bearer}, format="json"),
+        client.delete("/api/v1/a2a-agents/translator"),
+        client.post("/api/v1/a2a-agents", {"name": "bad", "url": "ftp://x"}, format="json"),
+    ]  # fmt: skip
+
+    assert [r.status_code for r in responses] == [201, 200, 201, 204, 400]
+    rows = list(AuditEntry.objects.for_tenant(tenant).order_by("created_at"))
+    with_auth = {"fields": ["auth", "name", "url"], "auth_fields": ["token", "type"]}
+    assert [(e.action, e.target_type, e.target_id, e.details) for e in rows] == [
+        ("connection.created", "mcp_server", "weather", with_auth),
+        ("connection.updated", "mcp_server", "weather", {"fields": ["description"]}),
+        ("connection.created", "a2a_agent", "translator", with_auth),
+        ("connection.deleted", "a2a_agent", "translator", {"fields": []}),
+    ]  # the refused write left none
+    for entry in rows:
+        _by_key(entry, admin_key)
+        assert SECRET_VALUE not in str(entry.details)
+
+
 # Threads, turns and approvals -----------------------------------------------------------------
 
 
