@@ -1,7 +1,8 @@
-"""What a prompt's ``tools[]`` may say of MCP tools (agents.validation through
-agents.remote_refs and connectors.tools): a known server's tools, by server or one by one,
-with ``approval``; an unknown server or tool, a key that does not apply, or a name the model
-would see twice is a 400 naming the entry. Judged from the servers' cached lists."""
+"""What a prompt's ``tools[]`` may say of remote tools (agents.validation through
+agents.remote_refs and connectors.tools): a known MCP server's tools, by server or one by one,
+and a known A2A agent, with ``approval``; an unknown server, tool or agent, a key that does
+not apply, or a name the model would see twice is a 400 naming the entry. Judged from the
+servers' cached lists."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from common.time import now
+from connectors.a2a import a2a_agent_save
 from connectors.servers import mcp_server_save
 from tenancy.models import Role, Tenant
 
@@ -31,6 +33,7 @@ def admin(tenant: Tenant, client_for: Callable[..., APIClient]) -> APIClient:
     server.tools, server.tools_fetched_at = LISTED, now()
     server.save()
     mcp_server_save(tenant=tenant, data={"name": "unlisted", "url": "https://mcp.example.org/"})
+    a2a_agent_save(tenant=tenant, data={"name": "translator", "url": "https://a2a.example.com/"})
     api = client_for(tenant, Role.ADMIN)
     model = {"name": "m", "provider": "scripted", "model_id": "scripted",
              "config": {"rules": [{"when": {}, "respond": {"text": "ok"}}]}}  # fmt: skip
@@ -52,6 +55,8 @@ def _prompt(api: APIClient, tools: list[Any]) -> Any:
         [{"name": "mcp:weather/add", "approval": {"decision": "ask",
                                                  "when": {">": [{"var": "a"}, 10]}}}],
         ["mcp:unlisted/anything"],  # never listed: judged when it is
+        ["a2a:translator", "mcp:weather"],
+        [{"name": "a2a:translator", "approval": "ask"}],
     ],
 )  # fmt: skip
 def test_references_to_a_known_servers_tools_are_accepted(
@@ -76,6 +81,10 @@ def test_references_to_a_known_servers_tools_are_accepted(
          "'mcp:weather/add' offers the tool 'weather__add', which 'mcp:weather' offers too: "
          "the model cannot tell them apart"),
         ([{"name": "mcp:weather", "approval": "perhaps"}], "tools[0].approval", None),
+        (["a2a:scribe"], "tools[0]", "no A2A agent named 'scribe' (this tenant's: translator)"),
+        (["a2a:translator/send"], "tools[0]",
+         "'a2a:translator/send': write a2a:<agent>, the name of one of this tenant's A2A agents"),
+        (["a2a:translator", "a2a:translator"], "tools[1]", None),
     ],
 )  # fmt: skip
 def test_bad_references_are_a_400_naming_the_entry(
