@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from google.protobuf.json_format import MessageToDict
 
 from agents.registry import ToolResult
+from common.connections import connection_release
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.payloads import object_body, text_field
 from common.time import now, to_us
@@ -208,6 +209,7 @@ def card_fetch(row: A2aAgent) -> dict[str, Any]:
     (recorded as the health's error). Must not run inside a transaction."""
     if connection.in_atomic_block:
         raise RuntimeError("card_fetch would hold a transaction open across a remote call")
+    connection_release()  # no connection held while the other side takes its time
     try:
         card = a2a_client.card_get(
             endpoint_of(row), timeout=float(min(row.call_timeout_s, CARD_TIMEOUT_S))

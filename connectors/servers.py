@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from django.db import connection, transaction
 
+from common.connections import connection_release
 from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.payloads import object_body, text_field
 from common.time import now, to_us
@@ -155,6 +156,7 @@ def tools_fetch(row: McpServer) -> list[ListedTool]:
     transaction: the server may take its time."""
     if connection.in_atomic_block:
         raise RuntimeError("tools_fetch would hold a transaction open across a remote call")
+    connection_release()  # no connection held while the other side takes its time
     try:
         listed = client.tools_list(
             endpoint_of(row), timeout=float(min(row.call_timeout_s, LIST_TIMEOUT_S))
