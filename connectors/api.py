@@ -10,11 +10,13 @@ Secrets are write-only: no answer holds one. Admins write and refresh; any role 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -159,71 +161,105 @@ class McpToolListOutput(serializers.Serializer[Any]):
     health = HealthOutput()
 
 
-class McpServerViewSet(TenantScopedViewSet):
-    """The tenant's MCP servers, addressed by name."""
+@dataclass(frozen=True)
+class Services:
+    """One kind's services: read one by name, list, save, delete, and its answer's JSON."""
 
-    queryset = McpServer.objects.all()
+    get: Callable[..., Any]
+    rows: Callable[..., list[Any]]
+    save: Callable[..., Any]
+    delete: Callable[..., None]
+    shown: Callable[[Any], dict[str, Any]]
+
+
+class RemoteConnectionViewSet(TenantScopedViewSet):
+    """A tenant's remote connections of one kind, addressed by name; each kind names its
+    input and its services, and its operations' schemas (``extend_schema_view``). Writes are
+    audited in their transaction."""
+
     write_role = Role.ADMIN
     lookup_field = "name"
     lookup_value_converter = "str"
+    input_class: type[StrictInput]
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.order_by("name")
 
-    def _row(self) -> McpServer:
-        return mcp_server_get(tenant=self.principal.tenant, name=self.kwargs["name"])
+    def services(self) -> Services:
+        raise NotImplementedError
 
-    @extend_schema(
-        operation_id="mcp_servers_list", summary="List the MCP servers",
-        responses=McpServerOutput,
-    )  # fmt: skip
+    def _row(self) -> Any:
+        return self.services().get(tenant=self.principal.tenant, name=self.kwargs["name"])
+
     def list(self, request: Request) -> Response:
-        rows = mcp_server_list(tenant=self.principal.tenant)
-        return paginate(request, rows, mcp_server_json, view=self)
+        rows = self.services().rows(tenant=self.principal.tenant)
+        return paginate(request, rows, self.services().shown, view=self)
 
-    @extend_schema(
-        operation_id="mcp_servers_create", summary="Register an MCP server",
-        description="Its secret is stored encrypted and never shown again. Nothing is "
-        "contacted yet: list its tools with `/tools`.",
-        request=McpServerInput, responses={201: McpServerOutput, **error_responses(409, 413)},
-    )  # fmt: skip
     def create(self, request: Request) -> Response:
-        McpServerInput(data=request.data).is_valid(raise_exception=True)
+        self.input_class(data=request.data).is_valid(raise_exception=True)
         with transaction.atomic():
-            row = mcp_server_save(tenant=self.principal.tenant, data=request.data)
+            row = self.services().save(tenant=self.principal.tenant, data=request.data)
             connection_audit(self.principal, AuditAction.CONNECTION_CREATED, row, request.data)
-        return Response(mcp_server_json(row), status=status.HTTP_201_CREATED)
+        return Response(self.services().shown(row), status=status.HTTP_201_CREATED)
 
-    @extend_schema(
-        operation_id="mcp_servers_retrieve", summary="Get an MCP server",
-        responses=McpServerOutput,
-    )  # fmt: skip
     def retrieve(self, request: Request, name: str) -> Response:
-        return Response(mcp_server_json(self._row()))
+        return Response(self.services().shown(self._row()))
 
-    @extend_schema(
-        operation_id="mcp_servers_partial_update", summary="Change an MCP server",
-        request=McpServerInput, responses={200: McpServerOutput, **error_responses(409)},
-    )  # fmt: skip
     def partial_update(self, request: Request, name: str) -> Response:
-        McpServerInput(data=request.data, partial=True).is_valid(raise_exception=True)
+        self.input_class(data=request.data, partial=True).is_valid(raise_exception=True)
         current = self._row()
         with transaction.atomic():
-            row = mcp_server_save(tenant=self.principal.tenant, data=request.data, current=current)
+            row = self.services().save(
+                tenant=self.principal.tenant, data=request.data, current=current
+            )
             connection_audit(self.principal, AuditAction.CONNECTION_UPDATED, row, request.data)
-        return Response(mcp_server_json(row))
+        return Response(self.services().shown(row))
 
-    @extend_schema(
-        operation_id="mcp_servers_destroy", summary="Delete an MCP server",
-        description="Prompts naming it offer none of its tools from then on.",
-        responses={204: None},
-    )  # fmt: skip
     def destroy(self, request: Request, name: str) -> Response:
         row = self._row()
         with transaction.atomic():
-            mcp_server_delete(tenant=self.principal.tenant, row=row)
+            self.services().delete(tenant=self.principal.tenant, row=row)
             connection_audit(self.principal, AuditAction.CONNECTION_DELETED, row, {})
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _crud_schemas(
+    prefix: str, *, singular: str, plural: str, input_class: type[StrictInput],
+    output: type[serializers.Serializer[Any]], created: str, deleted: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The five operations' schemas of a kind (``prefix``: its operation ids')."""
+    return {
+        "list": extend_schema(operation_id=f"{prefix}_list", summary=f"List the {plural}",
+                              responses=output),
+        "create": extend_schema(
+            operation_id=f"{prefix}_create", summary=f"Register {singular}",
+            description=f"Its secret is stored encrypted and never shown again. {created}",
+            request=input_class, responses={201: output, **error_responses(409, 413)},
+        ),
+        "retrieve": extend_schema(operation_id=f"{prefix}_retrieve",
+                                  summary=f"Get {singular}", responses=output),
+        "partial_update": extend_schema(
+            operation_id=f"{prefix}_partial_update", summary=f"Change {singular}",
+            request=input_class, responses={200: output, **error_responses(409)},
+        ),
+        "destroy": extend_schema(operation_id=f"{prefix}_destroy", summary=f"Delete {singular}",
+                                 description=deleted, responses={204: None}),
+    }  # fmt: skip
+
+
+@extend_schema_view(**_crud_schemas(
+    "mcp_servers", singular="an MCP server", plural="MCP servers", input_class=McpServerInput,
+    output=McpServerOutput, created="Nothing is contacted yet: list its tools with `/tools`.",
+    deleted="Prompts naming it offer none of its tools from then on.",
+))  # fmt: skip
+class McpServerViewSet(RemoteConnectionViewSet):
+    """The tenant's MCP servers, addressed by name."""
+
+    queryset = McpServer.objects.all()
+    input_class = McpServerInput
+
+    def services(self) -> Services:
+        return MCP_SERVERS
 
     @extend_schema(
         operation_id="mcp_servers_tools", summary="The tools of an MCP server",
@@ -325,70 +361,20 @@ class A2aCardOutput(serializers.Serializer[Any]):
     health = HealthOutput()
 
 
-class A2aAgentViewSet(TenantScopedViewSet):
+@extend_schema_view(**_crud_schemas(
+    "a2a_agents", singular="a remote A2A agent", plural="remote A2A agents",
+    input_class=A2aAgentInput, output=A2aAgentOutput,
+    created="Nothing is contacted yet: fetch its card with `/card`.",
+    deleted="Prompts naming it offer its tool no more.",
+))  # fmt: skip
+class A2aAgentViewSet(RemoteConnectionViewSet):
     """The tenant's remote A2A agents, addressed by name."""
 
     queryset = A2aAgent.objects.all()
-    write_role = Role.ADMIN
-    lookup_field = "name"
-    lookup_value_converter = "str"
+    input_class = A2aAgentInput
 
-    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.order_by("name")
-
-    def _row(self) -> A2aAgent:
-        return a2a_agent_get(tenant=self.principal.tenant, name=self.kwargs["name"])
-
-    @extend_schema(
-        operation_id="a2a_agents_list", summary="List the remote A2A agents",
-        responses=A2aAgentOutput,
-    )  # fmt: skip
-    def list(self, request: Request) -> Response:
-        rows = a2a_agent_list(tenant=self.principal.tenant)
-        return paginate(request, rows, a2a_agent_json, view=self)
-
-    @extend_schema(
-        operation_id="a2a_agents_create", summary="Register a remote A2A agent",
-        description="Its secret is stored encrypted and never shown again. Nothing is "
-        "contacted yet: fetch its card with `/card`.",
-        request=A2aAgentInput, responses={201: A2aAgentOutput, **error_responses(409, 413)},
-    )  # fmt: skip
-    def create(self, request: Request) -> Response:
-        A2aAgentInput(data=request.data).is_valid(raise_exception=True)
-        with transaction.atomic():
-            row = a2a_agent_save(tenant=self.principal.tenant, data=request.data)
-            connection_audit(self.principal, AuditAction.CONNECTION_CREATED, row, request.data)
-        return Response(a2a_agent_json(row), status=status.HTTP_201_CREATED)
-
-    @extend_schema(
-        operation_id="a2a_agents_retrieve", summary="Get a remote A2A agent",
-        responses=A2aAgentOutput,
-    )  # fmt: skip
-    def retrieve(self, request: Request, name: str) -> Response:
-        return Response(a2a_agent_json(self._row()))
-
-    @extend_schema(
-        operation_id="a2a_agents_partial_update", summary="Change a remote A2A agent",
-        request=A2aAgentInput, responses={200: A2aAgentOutput, **error_responses(409)},
-    )  # fmt: skip
-    def partial_update(self, request: Request, name: str) -> Response:
-        A2aAgentInput(data=request.data, partial=True).is_valid(raise_exception=True)
-        current = self._row()
-        with transaction.atomic():
-            row = a2a_agent_save(tenant=self.principal.tenant, data=request.data, current=current)
-            connection_audit(self.principal, AuditAction.CONNECTION_UPDATED, row, request.data)
-        return Response(a2a_agent_json(row))
-
-    @extend_schema(
-        operation_id="a2a_agents_destroy", summary="Delete a remote A2A agent",
-        description="Prompts naming it offer its tool no more.", responses={204: None},
-    )  # fmt: skip
-    def destroy(self, request: Request, name: str) -> Response:
-        row = self._row()
-        with transaction.atomic():
-            a2a_agent_delete(tenant=self.principal.tenant, row=row)
-            connection_audit(self.principal, AuditAction.CONNECTION_DELETED, row, {})
-        return Response(status=status.HTTP_204_NO_CONTENT)
+    def services(self) -> Services:
+        return A2A_AGENTS
 
     @extend_schema(
         operation_id="a2a_agents_card", summary="The card of a remote A2A agent",
@@ -408,3 +394,19 @@ class A2aAgentViewSet(TenantScopedViewSet):
     @action(detail=True, methods=["post"], url_path="refresh")
     def refresh(self, request: Request, name: str) -> Response:
         return Response(card_listing_json(card_current(self._row(), refresh=True)))
+
+
+MCP_SERVERS = Services(
+    get=mcp_server_get,
+    rows=mcp_server_list,
+    save=mcp_server_save,
+    delete=mcp_server_delete,
+    shown=mcp_server_json,
+)
+A2A_AGENTS = Services(
+    get=a2a_agent_get,
+    rows=a2a_agent_list,
+    save=a2a_agent_save,
+    delete=a2a_agent_delete,
+    shown=a2a_agent_json,
+)
