@@ -7,6 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console.views import (
+    a2a_agents,
     agents,
     audit,
     credentials,
@@ -35,6 +36,7 @@ urlpatterns = [
     *values.urlpatterns,
     *observe.urlpatterns,
     *mcp_servers.urlpatterns,
+    *a2a_agents.urlpatterns,
     *credentials.urlpatterns,  # before the agents pages: agents/<kind>/<name>/ would take it
     *agents.urlpatterns,
     *playground.urlpatterns,

@@ -1,7 +1,7 @@
-"""What the pages of a tenant's remote connections share (its MCP servers today; its A2A
-agents take the same auth options and answer the same ``auth`` and ``health`` shapes): who may
-write them, the auth part of their forms turned into the ``auth`` object the connectors' save
-services take, a service's refusal shown at its field, and a connection's health as the pages
+"""What the pages of a tenant's remote connections (its MCP servers and its A2A agents)
+share: who may write them, their form (its own fields and its auth turned into what the
+connectors' save services take, a service's refusal shown at its field), finding one (another
+tenant's a 404), saving, refreshing and deleting one, and a connection's health as the pages
 show it.
 
 Secrets are write-only: their inputs are password boxes that never render a value, a blank
@@ -12,21 +12,30 @@ auth's type is unchanged), and no page holds one, not even a refused form.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from django import forms
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
 
-from common.errors import DomainError
+from common.audit import AuditAction
+from common.errors import DomainError, NotFound
 from common.time import from_us
-from connectors.models import RemoteAuth
-from connectors.remote import AUTH_KEYS, SECRET_KEY
+from connectors.auditing import connection_audit
+from connectors.models import RemoteAuth, RemoteConnection
+from connectors.remote import AUTH_KEYS, SECRET_KEY, auth_json
+from connectors.transport import RemoteUnavailable
 from console.scope import console_of
-from console.views.common import refuse_at_field
+from console.views.common import answer, refuse_at_field
 from tenancy.models import Role, Tenant
+
+Row = TypeVar("Row", bound=RemoteConnection)
 
 AUTH_PREFIX = "auth_"
 WRITE_ONLY_HELP = "Write-only: stored encrypted and never shown again."
@@ -162,6 +171,149 @@ class RemoteAuthForm(forms.Form):
         else:
             target = (fields or {}).get(named, named)
         refuse_at_field(self, error, {named: target})
+
+
+def name_input(help_text: str) -> forms.CharField:
+    return forms.CharField(label="Name", required=False, help_text=help_text)
+
+
+def url_input(help_text: str) -> forms.CharField:
+    return forms.CharField(label="URL", required=False, help_text=help_text)
+
+
+def description_input() -> forms.CharField:
+    return forms.CharField(label="Description", required=False)
+
+
+def seconds_input(label: str, help_text: str) -> forms.IntegerField:
+    return forms.IntegerField(label=label, required=False, help_text=help_text)
+
+
+def timeout_input() -> forms.IntegerField:
+    return seconds_input("Call timeout (seconds)", "How long one call may take.")
+
+
+class ConnectionForm(RemoteAuthForm):
+    """A connection as its save service takes it: each of its own fields is named after the
+    model's field and the service's key (a subclass declares them, in the order shown, with
+    the inputs above), then its auth."""
+
+    @classmethod
+    def editing(cls, row: RemoteConnection, data: Mapping[str, Any] | None = None) -> Self:
+        """The form of an edit of ``row``: ``data`` as posted, else ``row``'s values."""
+        stored = auth_json(row)
+        if data is not None:
+            return cls(data, stored=stored)
+        return cls(stored=stored, initial={name: getattr(row, name) for name in cls.own_names()})
+
+    @classmethod
+    def own_names(cls) -> list[str]:
+        """The names of the connection's own fields, in order."""
+        return [name for name in cls.base_fields if not name.startswith(AUTH_PREFIX)]
+
+    def save_data(self, current: RemoteConnection | None) -> dict[str, Any]:
+        """What to save, from the cleaned data: for a new connection what was filled in (a
+        blank name or URL left out, so the service says it is required), for ``current``
+        only what changed (a blank number too is left out)."""
+        data: dict[str, Any] = {}
+        for name in self.own_names():
+            value = self.cleaned_data[name]
+            if current is None:
+                changed = value not in (None, "")
+            else:
+                changed = value is not None and value != getattr(current, name)
+            if changed:
+                data[name] = value
+        auth = self.auth_data()
+        if auth is not None:
+            data["auth"] = auth
+        return data
+
+
+@dataclass(frozen=True)
+class ConnectionKind(Generic[Row]):
+    """One kind of connection as its pages handle it, through its services (``get``,
+    ``save``, ``delete`` as :mod:`connectors` names them): ``noun`` names one (``MCP
+    server``), ``offered`` what it offered and the pages cache (``tools``), ``page`` and
+    ``listing`` are the URL names of one's page (taking its name) and of the list, and
+    ``write_role`` is the API's for the kind."""
+
+    noun: str
+    plural: str
+    offered: str
+    page: str
+    listing: str
+    write_role: Role
+    get: Callable[..., Row]
+    save: Callable[..., Row]
+    delete: Callable[..., None]
+
+    def may_write(self, request: HttpRequest) -> bool:
+        return may_write(request, self.write_role)
+
+    def writer(self, request: HttpRequest) -> Tenant:
+        """The tenant the user writes for; a lower role than ``write_role`` is a 403."""
+        return writer_tenant(request, role=self.write_role, what=self.plural)
+
+    def row(self, tenant: Tenant, name: str) -> Row:
+        """The tenant's connection ``name``; another tenant's (or none) is a 404, as in the
+        API."""
+        try:
+            return self.get(tenant=tenant, name=name)
+        except NotFound as error:
+            raise Http404(error.message) from error
+
+    def saved(
+        self, request: HttpRequest, tenant: Tenant, form: ConnectionForm, current: Row | None
+    ) -> tuple[Row | None, int]:
+        """Save what ``form`` holds through ``save``: the row, or None and the status to
+        answer with the form's errors at their fields. A new URL or auth forgets what the
+        connection offered, and the message says so."""
+        if not form.is_valid():
+            return None, 400
+        data = form.save_data(current)
+        action = AuditAction.CONNECTION_UPDATED if current else AuditAction.CONNECTION_CREATED
+        try:
+            with transaction.atomic():
+                row = self.save(tenant=tenant, data=data, current=current)
+                connection_audit(console_of(request).principal, action, row, data)
+        except DomainError as error:
+            form.refuse(error)
+            return None, error.status
+        done = f"Saved {self.noun} {row.name}."
+        if current is not None and ("url" in data or "auth" in data):
+            done += (
+                f" Its cached {self.offered} and health were cleared: refresh its {self.offered}."
+            )
+        messages.success(request, done)
+        return row, 200
+
+    def refreshed(self, request: HttpRequest, row: Row, fetch: Callable[[], str]) -> HttpResponse:
+        """Contact ``row`` now through ``fetch`` (the connectors' fetch, which records the
+        health and must run outside any transaction; it answers what to tell the user), back
+        to its page: a failure is shown as a message naming its cause, the cache kept."""
+        try:
+            done = fetch()
+        except RemoteUnavailable:  # recorded as the row's health, with the message shown
+            messages.error(request, row.last_error)
+        else:
+            messages.success(request, done)
+        return redirect(self.page, name=row.name)
+
+    def deleted(self, request: HttpRequest, tenant: Tenant, row: Row) -> HttpResponse:
+        """Delete ``row`` through ``delete``, back to the list."""
+        name = row.name
+
+        def delete() -> dict[str, Any]:
+            with transaction.atomic():
+                self.delete(tenant=tenant, row=row)
+                connection_audit(
+                    console_of(request).principal, AuditAction.CONNECTION_DELETED, row, {}
+                )
+            messages.success(request, f"Deleted {self.noun} {name}.")
+            return {"name": name}
+
+        return answer(request, reverse(self.listing), delete)
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from django import forms
-from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.urls import path, reverse
+from django.urls import path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from common.errors import DomainError, NotFound
 from common.time import from_us
 from connectors.api import McpServerViewSet
 from connectors.models import McpServer
@@ -40,65 +35,45 @@ from connectors.servers import (
     tools_stale,
 )
 from connectors.tools import server_tool_names
-from connectors.transport import RemoteUnavailable
 from console.scope import console_of, console_view
-from console.views.common import answer, page
+from console.views.common import page
 from console.views.connections import (
+    ConnectionForm,
+    ConnectionKind,
     Health,
-    RemoteAuthForm,
     auth_summary,
+    description_input,
     health_of,
-    may_write,
-    writer_tenant,
+    name_input,
+    seconds_input,
+    timeout_input,
+    url_input,
 )
-from tenancy.models import Tenant
 
-WRITE_ROLE = McpServerViewSet.write_role
-LIST = "console:mcp-servers"
-SERVER = "console:mcp-server"
+SERVERS = ConnectionKind[McpServer](
+    noun="MCP server", plural="MCP servers", offered="tools", page="console:mcp-server",
+    listing="console:mcp-servers", write_role=McpServerViewSet.write_role,
+    get=mcp_server_get, save=mcp_server_save, delete=mcp_server_delete,
+)  # fmt: skip
 
 
-class McpServerForm(RemoteAuthForm):
+class McpServerForm(ConnectionForm):
     """A server as ``POST /api/v1/mcp-servers`` takes it (an edit sends what changed)."""
 
-    name = forms.CharField(
-        label="Name", required=False,
-        help_text="Lower-case letters and digits, words joined by _: prompts name it "
-        "mcp:<name>, the model sees its tools as <name>__<tool>.",
-    )  # fmt: skip
-    url = forms.CharField(
-        label="URL", required=False,
-        help_text="The streamable HTTP endpoint. Private addresses are refused unless the "
-        "operator allows them.",
-    )  # fmt: skip
-    description = forms.CharField(label="Description", required=False)
-    tools_ttl_s = forms.IntegerField(
-        label="Tool list kept for (seconds)", required=False,
-        help_text="How long the tool list is used before it is fetched again; 0: every time.",
-    )  # fmt: skip
-    call_timeout_s = forms.IntegerField(
-        label="Call timeout (seconds)", required=False,
-        help_text="How long one call may take.",
-    )  # fmt: skip
-
-    def save_data(self, current: Mapping[str, Any] | None) -> dict[str, Any]:
-        """What to save, from the cleaned data: for a new server what was filled in (a blank
-        name or URL left out, so the service says it is required), for ``current`` (its
-        JSON) only what changed."""
-        cleaned = self.cleaned_data
-        data: dict[str, Any] = {}
-        for key in ("name", "url", "description"):
-            value = cleaned[key]
-            if (current is None and value) or (current is not None and value != current[key]):
-                data[key] = value
-        for key in ("tools_ttl_s", "call_timeout_s"):
-            number = cleaned[key]
-            if number is not None and (current is None or number != current[key]):
-                data[key] = number
-        auth = self.auth_data()
-        if auth is not None:
-            data["auth"] = auth
-        return data
+    name = name_input(
+        "Lower-case letters and digits, words joined by _: prompts name it mcp:<name>, the "
+        "model sees its tools as <name>__<tool>."
+    )
+    url = url_input(
+        "The streamable HTTP endpoint. Private addresses are refused unless the operator "
+        "allows them."
+    )
+    description = description_input()
+    tools_ttl_s = seconds_input(
+        "Tool list kept for (seconds)",
+        "How long the tool list is used before it is fetched again; 0: every time.",
+    )
+    call_timeout_s = timeout_input()
 
 
 @dataclass(frozen=True)
@@ -154,43 +129,6 @@ def _tools(row: McpServer) -> list[ToolRow]:
     ]
 
 
-def _allowed(request: HttpRequest) -> bool:
-    return may_write(request, WRITE_ROLE)
-
-
-def _admin_tenant(request: HttpRequest) -> Tenant:
-    return writer_tenant(request, role=WRITE_ROLE, what="MCP servers")
-
-
-def _server(tenant: Tenant, name: str) -> McpServer:
-    """The tenant's server; another tenant's (or none) is a 404, as in the API."""
-    try:
-        return mcp_server_get(tenant=tenant, name=name)
-    except NotFound as error:
-        raise Http404(error.message) from error
-
-
-def _saved(
-    request: HttpRequest, tenant: Tenant, form: McpServerForm, current: McpServer | None
-) -> tuple[McpServer | None, int]:
-    """Save what ``form`` holds through ``mcp_server_save``: the row, or None and the status
-    to answer with the form's errors at their fields."""
-    if not form.is_valid():
-        return None, 400
-    data = form.save_data(mcp_server_json(current) if current is not None else None)
-    try:
-        row = mcp_server_save(tenant=tenant, data=data, current=current)
-    except DomainError as error:
-        form.refuse(error)
-        return None, error.status
-    moved = current is not None and ("url" in data or "auth" in data)
-    done = f"Saved MCP server {row.name}."
-    if moved:
-        done += " Its cached tools and health were cleared: refresh its tools."
-    messages.success(request, done)
-    return row, 200
-
-
 def _list_page(
     request: HttpRequest, form: McpServerForm | None = None, status: int = 200
 ) -> HttpResponse:
@@ -198,7 +136,8 @@ def _list_page(
     return page(
         request, "console/connections/mcp_servers.html",
         {"servers": [_row(row) for row in rows], "form": form or McpServerForm(),
-         "can_admin": _allowed(request), "write_role": WRITE_ROLE, "nav": "agents"},
+         "can_admin": SERVERS.may_write(request), "write_role": SERVERS.write_role,
+         "nav": "agents"},
         status,
     )  # fmt: skip
 
@@ -210,23 +149,23 @@ def mcp_servers_page(request: HttpRequest) -> HttpResponse:
     ``POST /api/v1/mcp-servers``), nothing contacted yet."""
     if request.method == "GET":
         return _list_page(request)
-    tenant = _admin_tenant(request)
+    tenant = SERVERS.writer(request)
     form = McpServerForm(request.POST)
-    row, status = _saved(request, tenant, form, None)
+    row, status = SERVERS.saved(request, tenant, form, None)
     if row is None:
         return _list_page(request, form, status)
-    return redirect(SERVER, name=row.name)
+    return redirect(SERVERS.page, name=row.name)
 
 
 @require_GET
 @console_view()
 def mcp_server_page(request: HttpRequest, name: str) -> HttpResponse:
     """A server and its cached tools as the model sees them; nothing is fetched here."""
-    row = _server(console_of(request).principal.tenant, name)
+    row = SERVERS.row(console_of(request).principal.tenant, name)
     return page(
         request, "console/connections/mcp_server.html",
-        {"server": _row(row), "tools": _tools(row), "can_admin": _allowed(request),
-         "write_role": WRITE_ROLE, "nav": "agents"},
+        {"server": _row(row), "tools": _tools(row), "can_admin": SERVERS.may_write(request),
+         "write_role": SERVERS.write_role, "nav": "agents"},
     )  # fmt: skip
 
 
@@ -235,19 +174,16 @@ def mcp_server_page(request: HttpRequest, name: str) -> HttpResponse:
 def mcp_server_edit(request: HttpRequest, name: str) -> HttpResponse:
     """Change a server (as ``PATCH /api/v1/mcp-servers/{name}``, sending what changed: a
     blank secret keeps the stored one, a new URL or auth forgets the cached tools)."""
-    tenant = _admin_tenant(request)
-    current = _server(tenant, name)
-    stored = mcp_server_json(current)["auth"]
+    tenant = SERVERS.writer(request)
+    current = SERVERS.row(tenant, name)
     status = 200
     if request.method == "POST":
-        form = McpServerForm(request.POST, stored=stored)
-        row, status = _saved(request, tenant, form, current)
+        form = McpServerForm.editing(current, request.POST)
+        row, status = SERVERS.saved(request, tenant, form, current)
         if row is not None:
-            return redirect(SERVER, name=row.name)
+            return redirect(SERVERS.page, name=row.name)
     else:
-        initial = {key: getattr(current, key) for key in
-                   ("name", "url", "description", "tools_ttl_s", "call_timeout_s")}  # fmt: skip
-        form = McpServerForm(stored=stored, initial=initial)
+        form = McpServerForm.editing(current)
     return page(
         request, "console/connections/mcp_server_edit.html",
         {"server": _row(current), "form": form, "nav": "agents"}, status,
@@ -260,29 +196,20 @@ def mcp_server_refresh(request: HttpRequest, name: str) -> HttpResponse:
     """Ask the server for its tools now (``tools_fetch``, as ``POST …/refresh``; no
     transaction is open across the call). A failure is shown as a message naming its cause,
     and the cached list stays."""
-    row = _server(_admin_tenant(request), name)
-    try:
-        listed = tools_fetch(row)
-    except RemoteUnavailable:  # recorded as the server's health, with the message shown
-        messages.error(request, row.last_error)
-    else:
-        messages.success(request, f"Listed {len(listed)} tools of MCP server {row.name}.")
-    return redirect(SERVER, name=row.name)
+    row = SERVERS.row(SERVERS.writer(request), name)
+
+    def fetch() -> str:
+        return f"Listed {len(tools_fetch(row))} tools of MCP server {row.name}."
+
+    return SERVERS.refreshed(request, row, fetch)
 
 
 @require_POST
 @console_view(write=True)
 def mcp_server_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     """Delete a server (``mcp_server_delete``): prompts naming it offer none of its tools."""
-    tenant = _admin_tenant(request)
-    row = _server(tenant, name)
-
-    def delete() -> dict[str, Any]:
-        mcp_server_delete(tenant=tenant, row=row)
-        messages.success(request, f"Deleted MCP server {name}.")
-        return {"name": name}
-
-    return answer(request, reverse(LIST), delete)
+    tenant = SERVERS.writer(request)
+    return SERVERS.deleted(request, tenant, SERVERS.row(tenant, name))
 
 
 # A server's name may be any word (``new`` too): the list page itself takes the add form's

@@ -164,6 +164,51 @@ def test_console_credential_writes_name_the_fields_never_the_key(team: Team) -> 
     assert SECRET not in _all_details(team.tenant)
 
 
+def test_console_connection_writes_name_the_fields_never_the_secret(team: Team) -> None:
+    client = client_of(team.admin)
+    blank_auth = dict.fromkeys(
+        ["auth_token", "auth_header_name", "auth_header_value", "auth_client_id",
+         "auth_token_url", "auth_scopes", "auth_client_secret"], "",
+    )  # fmt: skip
+    server = {**blank_auth, "name": "weather", "url": "https://mcp.example.com/mcp",
+              "description": "", "tools_ttl_s": "", "call_timeout_s": "",
+              "auth_type": "bearer", "auth_token": SECRET}  # fmt: skip
+    agent = {
+        **blank_auth,
+        "name": "translator",
+        "url": "https://a2a.example.com/",
+        "description": "",
+        "card_ttl_s": "",
+        "call_timeout_s": "",
+        "auth_type": "none",
+    }
+
+    added = client.post(reverse("console:mcp-servers"), server)
+    edited = client.post(reverse("console:mcp-server-edit", args=["weather"]),
+                         {**server, "description": "Forecasts", "auth_token": ""})  # fmt: skip
+    agent_added = client.post(reverse("console:a2a-agents"), agent)
+    agent_deleted = client.post(reverse("console:a2a-agent-delete", args=["translator"]))
+
+    assert [r.status_code for r in (added, edited, agent_added, agent_deleted)] == [302] * 4
+    entries = list(
+        AuditEntry.objects.for_tenant(team.tenant)
+        .filter(action__startswith="connection.")
+        .order_by("created_at")
+    )
+    shown = [(e.action, e.target_type, e.target_id) for e in entries]
+    assert shown == [
+        ("connection.created", "mcp_server", "weather"),
+        ("connection.updated", "mcp_server", "weather"),
+        ("connection.created", "a2a_agent", "translator"),
+        ("connection.deleted", "a2a_agent", "translator"),
+    ]
+    for entry in entries:
+        _by(entry, team.admin)
+    assert entries[0].details["auth_fields"] == ["token", "type"]
+    assert entries[1].details == {"fields": ["description"]}
+    assert SECRET not in _all_details(team.tenant)
+
+
 # Threads: turns, approvals, env, schedules ---------------------------------------------------
 
 

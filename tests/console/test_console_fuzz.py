@@ -11,6 +11,9 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
 
+from connectors.a2a import a2a_agent_save
+from connectors.models import RemoteAuth
+from connectors.servers import mcp_server_save
 from console import urls as console_urls
 from tests.console.conftest import CHAT, Team, team_make
 from threads.runtime.lifecycle import thread_open
@@ -30,10 +33,18 @@ PARAMETERS = [
     "decision", "data", "arguments", "reason", "language", "timeout", "report",
     "document", "replace", "apply", "tenant", "file", "env_REGION", "env_", "model", "prompt",
     "tools", "side_a", "api_key", "remove_api_key", "tool_description", "provider", "base_url",
-    "description",
+    "description", "url", "tools_ttl_s", "card_ttl_s", "call_timeout_s", "auth_type",
+    "auth_token", "auth_header_name", "auth_header_value", "auth_client_id", "auth_token_url",
+    "auth_scopes", "auth_client_secret",
 ]  # fmt: skip
 # The run-code form's source is run, once per junk value (the sandbox is real).
-RUN_CODE = "console:thread-code-run"
+RUN_CODE = "thread-code-run"
+# The remote connections' forms (an MCP server's, an A2A agent's), each also posted with
+# every auth type, so that junk in each type's fields reaches the save service.
+CONNECTION_FORMS = ("mcp-servers", "mcp-server-edit", "a2a-agents", "a2a-agent-edit")
+# A refresh contacts the connection (never inside the test's transaction) and reads no
+# parameter: it is fuzzed on a connection that does not exist.
+REFRESHES = ("mcp-server-refresh", "a2a-agent-refresh")
 
 
 def _arguments(entry: URLPattern, thread_id: uuid.UUID) -> dict[str, Any]:
@@ -45,7 +56,7 @@ def _arguments(entry: URLPattern, thread_id: uuid.UUID) -> dict[str, Any]:
         elif name == "kind":
             values[name] = "prompts"
         elif name == "name":
-            values[name] = "p"
+            values[name] = "absent" if entry.name in REFRESHES else "p"
         else:
             values[name] = uuid.uuid4()
     return values
@@ -61,8 +72,24 @@ def _routes() -> list[URLPattern]:
 
 @pytest.fixture
 def fuzzed(db: None) -> tuple[Team, uuid.UUID]:
+    """A team with a thread, and an MCP server and an A2A agent named ``p`` (as the prompt
+    the definition routes are given) whose edit forms are fuzzed."""
     team = team_make()
+    mcp_server_save(tenant=team.tenant, data={"name": "p", "url": "https://mcp.example.com/m"})
+    a2a_agent_save(tenant=team.tenant, data={"name": "p", "url": "https://a2a.example.com/"})
     return team, thread_open(tenant=team.tenant, agent_name=CHAT).pk
+
+
+def _field_sets(entry: URLPattern, junk: str) -> list[dict[str, str]]:
+    """The parameters to send: every one holding ``junk``, and for a connection's form the
+    same with each auth type chosen."""
+    fields = dict.fromkeys(PARAMETERS, junk)
+    if entry.name == RUN_CODE:
+        fields["source"] = junk
+    sets = [fields]
+    if entry.name in CONNECTION_FORMS:
+        sets += [{**fields, "auth_type": kind} for kind in RemoteAuth.values]
+    return sets
 
 
 @pytest.mark.parametrize("entry", _routes(), ids=lambda entry: entry.name)
@@ -74,14 +101,12 @@ def test_hostile_input_never_answers_500(entry: URLPattern, fuzzed: tuple[Team, 
     failures = []
 
     for junk in JUNK:
-        fields = dict.fromkeys(PARAMETERS, junk)
-        if entry.name == RUN_CODE:
-            fields["source"] = junk
-        for method in ("get", "post"):
-            for accept in ("text/html", "application/json"):
-                answer = getattr(client, method)(url, fields, headers={"Accept": accept})
-                if answer.status_code >= 500:
-                    failures.append((method, accept, junk[:40], answer.status_code))
+        for fields in _field_sets(entry, junk):
+            for method in ("get", "post"):
+                for accept in ("text/html", "application/json"):
+                    answer = getattr(client, method)(url, fields, headers={"Accept": accept})
+                    if answer.status_code >= 500:
+                        failures.append((method, accept, junk[:40], answer.status_code))
 
     assert failures == [], f"{url}: {failures}"
 
