@@ -6,3 +6,9 @@ class InteropConfig(AppConfig):
 
     name = "interop"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from interop.a2a.push import push_register
+
+        # Webhook deliveries (in threads, below this app) make A2A push bodies here.
+        push_register()

@@ -67,7 +67,7 @@ def agent_card(*, tenant: Tenant, agent: AgentDoc, endpoint: str) -> AgentCard:
             )
         ],
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=True, extended_agent_card=False
         ),
         security_schemes={
             SCHEME: SecurityScheme(

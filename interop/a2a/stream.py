@@ -83,8 +83,9 @@ def _deliveries(follower: Follower, after: int) -> AsyncIterator[Delivery | None
     )
 
 
-class _TaskEvents:
-    """Turns one turn's deliveries into A2A stream responses."""
+class TaskUpdates:
+    """Turns one turn's events into A2A stream responses: for its streams here, and for
+    its push notifications (:mod:`interop.a2a.push`)."""
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
@@ -123,32 +124,43 @@ class _TaskEvents:
             )
         )  # fmt: skip
 
-    async def responses(self, envelope: Mapping[str, Any]) -> tuple[list[StreamResponse], bool]:
-        """What one event of the turn sends, and whether the stream ends with it."""
+    @staticmethod
+    def _ends(kind: str, payload: Mapping[str, Any]) -> bool:
+        return kind in _ENDS or (
+            kind == EventType.QUEUE_CHANGED and payload.get("change") in QUEUE_CHANGES_ENDING_TURNS
+        )
+
+    def reads(self, envelope: Mapping[str, Any]) -> bool:
+        """Whether :meth:`responses` reads the database for this event (the turn's end: the
+        turn as stored; a message whose event carried only its id: the message)."""
+        kind, payload = envelope["type"], envelope.get("payload") or {}
+        if kind in (EventType.MESSAGE_CREATED, EventType.MESSAGE_UPDATED):
+            return "role" not in payload
+        return self._ends(kind, payload)
+
+    def responses(self, envelope: Mapping[str, Any]) -> tuple[list[StreamResponse], bool]:
+        """What one event of the turn sends, and whether the task's updates end with it
+        (reads the database when :meth:`reads` says so)."""
         kind, payload = envelope["type"], envelope.get("payload") or {}
         moment = int(envelope.get("timestamp") or now_us())
         if kind == EventType.TURN_STARTED:
             return [self.status(TaskState.TASK_STATE_WORKING, moment)], False
         if kind in (EventType.MESSAGE_CREATED, EventType.MESSAGE_UPDATED):
-            message = payload if "role" in payload else await self._message(str(payload["id"]))
+            message = payload if "role" in payload else self._message(str(payload["id"]))
             return ([self.artifact(message)] if message and is_answer(message) else []), False
         if kind == EventType.ACTION_REQUIRED:
             asked = f"{payload.get('kind')} {payload.get('name')}"
             text = f"The task waits for a person's decision: {asked}"
             message = agent_message(text, turn=self.turn, message_id=str(payload.get("action_id")))
             return [self.status(TaskState.TASK_STATE_INPUT_REQUIRED, moment, message=message)], True
-        ends = kind in _ENDS or (
-            kind == EventType.QUEUE_CHANGED and payload.get("change") in QUEUE_CHANGES_ENDING_TURNS
-        )
-        if ends:
-            task = await database_sync_to_async(_task_now)(self.turn)
+        if self._ends(kind, payload):
+            task = _task_now(self.turn)
             return [self.status(task.status.state, moment, message=task.status.message)], True
         return [], False
 
-    async def _message(self, message_id: str) -> dict[str, Any] | None:
+    def _message(self, message_id: str) -> dict[str, Any] | None:
         """A message whose event carried only its id (a large one), read from the log."""
-        messages = await database_sync_to_async(turn_messages)(turn=self.turn)
-        return next((m for m in messages if m["id"] == message_id), None)
+        return next((m for m in turn_messages(turn=self.turn) if m["id"] == message_id), None)
 
 
 def _task_now(turn: Turn) -> Task:
@@ -164,7 +176,7 @@ async def task_events(
     yield StreamResponse(task=first)
     if first.status.state in FINAL_STATES:
         return
-    events = _TaskEvents(follower.turn)
+    events = TaskUpdates(follower.turn)
     async for delivery in _deliveries(follower, after):
         if delivery is None:
             yield None
@@ -172,7 +184,10 @@ async def task_events(
         envelope = events.envelope(delivery)
         if envelope is None:
             continue
-        responses, ended = await events.responses(envelope)
+        if events.reads(envelope):
+            responses, ended = await database_sync_to_async(events.responses)(envelope)
+        else:
+            responses, ended = events.responses(envelope)
         for response in responses:
             yield response
         if ended:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from a2a.helpers import get_data_parts
@@ -65,11 +66,16 @@ def _key(agent: str, message_id: str) -> str:
     return f"{KEY_PREFIX}{agent}:sha256:{hashlib.sha256(message_id.encode()).hexdigest()}"
 
 
-def message_submit(*, principal: Principal, agent: str, message: Message, path: str) -> Turn:
+def message_submit(
+    *, principal: Principal, agent: str, message: Message, path: str,
+    with_turn: Callable[[Turn], object] | None = None,
+) -> Turn:  # fmt: skip
     """Queue ``message`` (a user's) as a turn of the agent: on its context's thread, or on a
-    new thread of ``agent``. Raises the A2A errors of a bad message, and the domain errors
-    of the services (a budget with nothing left, the turns-per-minute quota, a terminated
-    thread, ``messageId`` reused for another message)."""
+    new thread of ``agent``; ``with_turn`` runs on the new turn in the transaction that
+    queues it (not for a retry answered from the first message's task). Raises the A2A
+    errors of a bad message, and the domain errors of the services (a budget with nothing
+    left, the turns-per-minute quota, a terminated thread, ``messageId`` reused for another
+    message)."""
     if not message.message_id:
         raise InvalidParamsError("message.messageId: required")
     if message.role != Role.ROLE_USER:
@@ -90,6 +96,8 @@ def message_submit(*, principal: Principal, agent: str, message: Message, path: 
                 principal=principal, thread=thread, text=text, protocol="a2a",
                 metadata={A2A_MESSAGE_ID: message.message_id},
             )  # fmt: skip
+            if with_turn is not None:
+                with_turn(turn)
         created.append(turn)
         return 202, {"turn_id": str(turn.pk)}
 

@@ -27,19 +27,23 @@ from a2a.server.request_handlers.response_helpers import (
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
     ExtendedAgentCardNotConfiguredError,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
     MethodNotFoundError,
-    PushNotificationNotSupportedError,
     SendMessageRequest,
     SendMessageResponse,
     SubscribeToTaskRequest,
     Task,
     TaskNotCancelableError,
     TaskNotFoundError,
+    TaskPushNotificationConfig,
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
@@ -63,6 +67,14 @@ from common.connections import connection_release
 from common.drf import StreamRenderer
 from common.errors import NotFound
 from interop.a2a.cards import agent_card, agent_card_json
+from interop.a2a.push import (
+    SEND_FIELD,
+    push_config_check,
+    push_config_delete,
+    push_config_get,
+    push_config_save,
+    push_configs,
+)
 from interop.a2a.stream import (
     Follower,
     sse_frame,
@@ -132,9 +144,17 @@ def _json(body: Mapping[str, Any], status: int = 200) -> HttpResponse:
                         content_type=JSON_TYPE)  # fmt: skip
 
 
-def _result(request_id: Any, result: Task | SendMessageResponse) -> dict[str, Any]:
+_RESULTS = (Task, SendMessageResponse, TaskPushNotificationConfig,
+            ListTaskPushNotificationConfigsResponse)  # fmt: skip
+
+
+def _result(
+    request_id: Any,
+    result: Task | SendMessageResponse | TaskPushNotificationConfig
+    | ListTaskPushNotificationConfigsResponse,
+) -> dict[str, Any]:  # fmt: skip
     """A JSON-RPC success response carrying ``result``."""
-    return prepare_response_object(request_id, result, (Task, SendMessageResponse))
+    return prepare_response_object(request_id, result, _RESULTS)
 
 
 class _EventStreamRenderer(StreamRenderer):
@@ -146,7 +166,8 @@ class _EventStreamRenderer(StreamRenderer):
 
 class AgentEndpointView(_AgentView):
     """JSON-RPC 2.0: ``SendMessage``, ``SendStreamingMessage``, ``GetTask``, ``CancelTask``,
-    ``SubscribeToTask``; push notification configs, ``ListTasks`` and the extended card are
+    ``SubscribeToTask``, and a task's push notification configs (``Create``, ``Get``,
+    ``List``, ``Delete``: :mod:`interop.a2a.push`); ``ListTasks`` and the extended card are
     refused with their A2A errors."""
 
     renderer_classes = [JSONRenderer, _EventStreamRenderer]
@@ -192,7 +213,25 @@ class AgentEndpointView(_AgentView):
             raise ExtendedAgentCardNotConfiguredError
         if method == "ListTasks":
             raise UnsupportedOperationError("ListTasks is not offered; GetTask reads a task")
-        raise PushNotificationNotSupportedError
+        return self._push(parsed)
+
+    def _push(self, parsed: Any) -> HttpResponse:
+        """The push notification config methods (:mod:`interop.a2a.push`)."""
+        if isinstance(parsed, TaskPushNotificationConfig):
+            self._writer()
+            saved = push_config_save(turn=self._turn(parsed.task_id), config=parsed)
+            return _json(_result(self.request_id, saved))
+        if isinstance(parsed, GetTaskPushNotificationConfigRequest):
+            found = push_config_get(turn=self._turn(parsed.task_id), config_id=parsed.id)
+            return _json(_result(self.request_id, found))
+        if isinstance(parsed, ListTaskPushNotificationConfigsRequest):
+            configs = push_configs(turn=self._turn(parsed.task_id))
+            listed = ListTaskPushNotificationConfigsResponse(configs=configs)
+            return _json(_result(self.request_id, listed))
+        assert isinstance(parsed, DeleteTaskPushNotificationConfigRequest)
+        self._writer()
+        push_config_delete(turn=self._turn(parsed.task_id), config_id=parsed.id)
+        return _json({"jsonrpc": "2.0", "id": self.request_id, "result": None})
 
     def _check_version(self) -> None:
         """``A2A-Version`` (absent: 0.3, as the protocol says) must be a 1.x."""
@@ -222,11 +261,12 @@ class AgentEndpointView(_AgentView):
     def _send(self, params: SendMessageRequest, *, streaming: bool) -> HttpResponseBase:
         self._writer()
         config = params.configuration
+        push = None
         if config.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError
+            push = push_config_check(config.task_push_notification_config, prefix=SEND_FIELD)
         turn = message_submit(
             principal=self.principal, agent=self.agent.name, message=params.message,
-            path=self.request.path,
+            path=self.request.path, with_turn=push,
         )  # fmt: skip
         after = turn_events_start(turn)
         follower = Follower.of(turn, self.principal)

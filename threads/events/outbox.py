@@ -39,7 +39,7 @@ from threads.events.vocabulary import (
     EventType,
     UnknownEvent,
 )
-from threads.events.webhooks import WEBHOOK_EVENTS, deliveries_enqueue
+from threads.events.webhooks import DELIVERED_EVENTS, deliveries_enqueue
 from threads.models import Event, EventCounter, Thread
 
 # Events after which a caller waiting on a turn of the thread reads it again: a turn's end,
@@ -281,7 +281,7 @@ def _write(thread: Thread, rows: Sequence[_Row]) -> int | None:
     wake = [str(thread.pk)] if any(_wakes_turn_waiters(row) for row in rows) else []
     transaction.on_commit(lambda: broadcast_many(sent, wake=wake), robust=True)
     hooked = [(row.kind, envelope) for row, (_groups_of, envelope) in zip(rows, sent, strict=True)
-              if row.kind in WEBHOOK_EVENTS]  # fmt: skip
+              if row.kind in DELIVERED_EVENTS]  # fmt: skip
     if hooked:
         deliveries_enqueue(thread, hooked)
     return last

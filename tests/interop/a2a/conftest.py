@@ -43,7 +43,10 @@ class Caller:
 @pytest.fixture(scope="session")
 def _live(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     directory: Path = tmp_path_factory.mktemp("a2a-live")
-    with live_platform(directory, {"MEDIA_ROOT": str(directory / "media")}) as live:
+    # Push notifications go to a loopback receiver over plain http (loopback addresses are
+    # allowed through the egress guard for the whole run: tests/environment.py).
+    environment = {"MEDIA_ROOT": str(directory / "media"), "WEBHOOK_ALLOW_HTTP": "true"}
+    with live_platform(directory, environment) as live:
         yield live
 
 

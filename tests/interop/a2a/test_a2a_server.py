@@ -30,7 +30,6 @@ from a2a.types import (
     ListTasksRequest,
     Message,
     Part,
-    PushNotificationNotSupportedError,
     Role,
     SendMessageRequest,
     StreamResponse,
@@ -38,7 +37,6 @@ from a2a.types import (
     Task,
     TaskNotCancelableError,
     TaskNotFoundError,
-    TaskPushNotificationConfig,
     TaskState,
     UnsupportedOperationError,
 )
@@ -126,7 +124,7 @@ async def test_the_card_describes_the_agent_to_its_tenants_keys_only(
     assert [(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces] == [
         (owner.agent_url, "JSONRPC", "1.0")
     ]
-    assert (card.capabilities.streaming, card.capabilities.push_notifications) == (True, False)
+    assert (card.capabilities.streaming, card.capabilities.push_notifications) == (True, True)
     assert [skill.id for skill in card.skills] == [AGENT]
     scheme = card.security_schemes["apiKey"].http_auth_security_scheme
     assert scheme.scheme == "Bearer"
@@ -234,14 +232,11 @@ async def test_a_subscription_follows_a_running_task_to_its_end(
 
 
 @pytest.mark.asyncio
-async def test_push_notifications_and_task_lists_are_refused_with_their_errors(
+async def test_task_lists_are_refused_with_their_error(
     http: httpx.AsyncClient, owner: Caller
 ) -> None:
     client = await client_for(http, owner, streaming=False)
-    config = TaskPushNotificationConfig(task_id=str(uuid.uuid4()), url="https://example.com/hook")
 
-    with pytest.raises(PushNotificationNotSupportedError):
-        await client.create_task_push_notification_config(config)
     with pytest.raises(UnsupportedOperationError):
         await client.list_tasks(ListTasksRequest())
 
