@@ -23,25 +23,20 @@ from google.protobuf.json_format import MessageToDict
 
 from agents.registry import ToolResult
 from common.connections import connection_release
-from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
-from common.payloads import object_body, text_field
+from common.errors import NotFound
 from common.time import now, to_us
 from connectors import a2a_client
 from connectors.models import A2aAgent
 from connectors.remote import (
-    MAX_CALL_TIMEOUT_S,
     MAX_TTL_S,
-    auth_apply,
-    auth_field,
+    Kind,
     auth_json,
+    connection_save,
     contact_failed,
-    contact_forget,
     contact_recorded,
     endpoint_of,
     health_json,
     int_field,
-    name_field,
-    url_field,
     us,
 )
 from connectors.results import large_result
@@ -156,44 +151,25 @@ def tool_description(row: A2aAgent) -> str:
 # Saving -------------------------------------------------------------------------------------
 
 
+def _apply(row: A2aAgent, body: Mapping[str, Any]) -> None:
+    if "card_ttl_s" in body:
+        row.card_ttl_s = int_field(body["card_ttl_s"], "card_ttl_s", low=0, high=MAX_TTL_S)
+
+
+def _forget(row: A2aAgent) -> None:
+    row.card, row.card_fetched_at = {}, None
+
+
+AGENTS: Final = Kind(A2aAgent, FIELDS, USAGE, "A2A agent", MAX_AGENTS, _apply, _forget)
+
+
 @transaction.atomic
 def a2a_agent_save(
     *, tenant: Tenant, data: Mapping[str, Any], current: A2aAgent | None = None
 ) -> A2aAgent:
-    """Create an agent (``name`` and ``url`` required) or change ``current`` with the fields
-    sent; a new URL or auth forgets the cached card and the health. Raises ValidationFailed
-    naming the field, Conflict for a taken name, LimitExceeded past ``MAX_AGENTS``."""
-    body = object_body(data, FIELDS)
-    rows = A2aAgent.objects.for_tenant(tenant)
-    row = current if current is not None else A2aAgent(tenant=tenant)
-    for required in ("name", "url"):
-        if current is None and required not in body:
-            raise ValidationFailed(f"{required} is required", field=required)
-    name = name_field(body["name"], usage=USAGE) if "name" in body else row.name
-    url = url_field(body["url"], "url") if "url" in body else row.url
-    auth = auth_field(body["auth"], current) if "auth" in body else None
-    if name != (current.name if current else None) and rows.filter(name=name).exists():
-        raise Conflict(f"an A2A agent named {name!r} already exists", field="name")
-    if current is None and rows.count() >= MAX_AGENTS:
-        raise LimitExceeded(f"a tenant has at most {MAX_AGENTS} A2A agents")
-    moved = current is not None and (url != current.url or auth is not None)
-    row.name, row.url = name, url
-    if "description" in body:
-        row.description = text_field(body["description"], "description", max_chars=500)
-    if "card_ttl_s" in body:
-        row.card_ttl_s = int_field(body["card_ttl_s"], "card_ttl_s", low=0, high=MAX_TTL_S)
-    if "call_timeout_s" in body:
-        row.call_timeout_s = int_field(
-            body["call_timeout_s"], "call_timeout_s", low=1, high=MAX_CALL_TIMEOUT_S
-        )
-    if moved:
-        contact_forget(row)
-        row.card, row.card_fetched_at = {}, None
-    if auth is not None:
-        auth_apply(row, auth)
-    row.updated_at = now()
-    row.save()
-    return row
+    """Create or change an agent (:func:`connectors.remote.connection_save`); a new URL or
+    auth forgets its cached card too."""
+    return connection_save(AGENTS, tenant=tenant, data=data, current=current)
 
 
 def a2a_agent_delete(*, tenant: Tenant, row: A2aAgent) -> None:

@@ -10,17 +10,18 @@ write-only: sealed with the tenant's data key (:mod:`tenancy.encryption`, contex
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from common.egress import destination_problem
-from common.errors import ValidationFailed
-from common.payloads import known_keys_check, text_field
+from common.errors import Conflict, LimitExceeded, ValidationFailed
+from common.payloads import known_keys_check, object_body, text_field
 from common.time import now, to_us
 from connectors.models import RemoteAuth, RemoteConnection
 from connectors.transport import Endpoint, RemoteUnavailable, oauth_forget, oauth_token
 from tenancy.encryption import secret_decrypt, secret_encrypt
+from tenancy.models import Tenant
 
 NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 MAX_NAME_CHARS: Final = 32
@@ -49,6 +50,9 @@ RESERVED_HEADERS: Final = frozenset({
     "mcp-protocol-version", "last-event-id", "transfer-encoding", "connection", "a2a-version",
     "a2a-extensions",
 })  # fmt: skip
+
+
+C = TypeVar("C", bound=RemoteConnection)
 
 
 def _context(row: RemoteConnection) -> str:
@@ -198,6 +202,62 @@ def auth_apply(row: RemoteConnection, auth: Auth) -> None:
         row.secret_encrypted = secret_encrypt(
             tenant=row.tenant, plaintext=auth.secret.encode(), context=_context(row)
         )
+
+
+@dataclass(frozen=True)
+class Kind(Generic[C]):
+    """What saving differs in between kinds of connection: the model, the fields a write
+    may send, what the name becomes (for the error), how messages name one, how many a
+    tenant may have, how its own fields are set from a write (validated there) and what it
+    forgets when its URL or auth changes (what it offered, cached)."""
+
+    model: type[C]
+    fields: tuple[str, ...]
+    usage: str
+    noun: str
+    limit: int
+    apply: Callable[[C, Mapping[str, Any]], None]
+    forget: Callable[[C], None]
+
+
+def connection_save(
+    kind: Kind[C], *, tenant: Tenant, data: Mapping[str, Any], current: C | None
+) -> C:
+    """Create a connection of ``kind`` (``current`` None: ``name`` and ``url`` required;
+    ``auth`` defaults to none) or change ``current`` with the fields sent. A new URL or auth
+    forgets the health and what the connection offered, which were another destination's.
+    Raises ValidationFailed naming the field, Conflict for a taken name, LimitExceeded past
+    the kind's limit. Call it in a transaction (its callers are atomic)."""
+    body = object_body(data, kind.fields)
+    rows = kind.model.objects.for_tenant(tenant)
+    row = current if current is not None else kind.model(tenant=tenant)
+    for required in ("name", "url"):
+        if current is None and required not in body:
+            raise ValidationFailed(f"{required} is required", field=required)
+    name = name_field(body["name"], usage=kind.usage) if "name" in body else row.name
+    url = url_field(body["url"], "url") if "url" in body else row.url
+    auth = auth_field(body["auth"], current) if "auth" in body else None
+    if name != (current.name if current else None) and rows.filter(name=name).exists():
+        raise Conflict(f"an {kind.noun} named {name!r} already exists", field="name")
+    if current is None and rows.count() >= kind.limit:
+        raise LimitExceeded(f"a tenant has at most {kind.limit} {kind.noun}s")
+    moved = current is not None and (url != current.url or auth is not None)
+    row.name, row.url = name, url
+    if "description" in body:
+        row.description = text_field(body["description"], "description", max_chars=500)
+    if "call_timeout_s" in body:
+        row.call_timeout_s = int_field(
+            body["call_timeout_s"], "call_timeout_s", low=1, high=MAX_CALL_TIMEOUT_S
+        )
+    kind.apply(row, body)
+    if moved:
+        contact_forget(row)
+        kind.forget(row)
+    if auth is not None:
+        auth_apply(row, auth)  # the id (a default) is set already: the secret's context
+    row.updated_at = now()
+    row.save()
+    return row
 
 
 def contact_forget(row: RemoteConnection) -> None:

@@ -12,26 +12,21 @@ from typing import Any, Final
 from django.db import connection, transaction
 
 from common.connections import connection_release
-from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
-from common.payloads import object_body, text_field
+from common.errors import NotFound, ValidationFailed
 from common.time import now, to_us
 from connectors import client
 from connectors.client import ListedTool
 from connectors.models import McpServer, McpTransport
 from connectors.remote import (
-    MAX_CALL_TIMEOUT_S,
     MAX_TTL_S,
-    auth_apply,
-    auth_field,
+    Kind,
     auth_json,
+    connection_save,
     contact_failed,
-    contact_forget,
     contact_recorded,
     endpoint_of,
     health_json,
     int_field,
-    name_field,
-    url_field,
     us,
 )
 from connectors.transport import RemoteUnavailable
@@ -95,50 +90,29 @@ def mcp_server_json(row: McpServer) -> dict[str, Any]:
 # Saving ------------------------------------------------------------------------------------
 
 
-@transaction.atomic
-def mcp_server_save(
-    *, tenant: Tenant, data: Mapping[str, Any], current: McpServer | None = None
-) -> McpServer:
-    """Create a server (``current`` None: ``name`` and ``url`` required; ``auth`` defaults to
-    none) or change ``current`` with the fields sent. A new URL or auth drops the cached
-    tool list and the health, which were another destination's. Raises ValidationFailed
-    naming the field, Conflict for a taken name, LimitExceeded past ``MAX_SERVERS``."""
-    body = object_body(data, FIELDS)
-    rows = McpServer.objects.for_tenant(tenant)
-    row = current if current is not None else McpServer(tenant=tenant)
-    if current is None and "name" not in body:
-        raise ValidationFailed("name is required", field="name")
-    if current is None and "url" not in body:
-        raise ValidationFailed("url is required", field="url")
-    name = name_field(body["name"], usage=USAGE) if "name" in body else row.name
-    url = url_field(body["url"], "url") if "url" in body else row.url
+def _apply(row: McpServer, body: Mapping[str, Any]) -> None:
     if "transport" in body and body["transport"] not in McpTransport.values:
         raise ValidationFailed(
             f"transport must be one of {', '.join(McpTransport.values)}", field="transport"
         )
-    auth = auth_field(body["auth"], current) if "auth" in body else None
-    if name != (current.name if current else None) and rows.filter(name=name).exists():
-        raise Conflict(f"an MCP server named {name!r} already exists", field="name")
-    if current is None and rows.count() >= MAX_SERVERS:
-        raise LimitExceeded(f"a tenant has at most {MAX_SERVERS} MCP servers")
-    moved = current is not None and (url != current.url or auth is not None)
-    row.name, row.url = name, url
-    if "description" in body:
-        row.description = text_field(body["description"], "description", max_chars=500)
     if "tools_ttl_s" in body:
         row.tools_ttl_s = int_field(body["tools_ttl_s"], "tools_ttl_s", low=0, high=MAX_TTL_S)
-    if "call_timeout_s" in body:
-        row.call_timeout_s = int_field(
-            body["call_timeout_s"], "call_timeout_s", low=1, high=MAX_CALL_TIMEOUT_S
-        )
-    if moved:
-        contact_forget(row)
-        row.tools, row.tools_fetched_at = [], None
-    if auth is not None:
-        auth_apply(row, auth)  # the id (a default) is set already: the secret's context
-    row.updated_at = now()
-    row.save()
-    return row
+
+
+def _forget(row: McpServer) -> None:
+    row.tools, row.tools_fetched_at = [], None
+
+
+SERVERS: Final = Kind(McpServer, FIELDS, USAGE, "MCP server", MAX_SERVERS, _apply, _forget)
+
+
+@transaction.atomic
+def mcp_server_save(
+    *, tenant: Tenant, data: Mapping[str, Any], current: McpServer | None = None
+) -> McpServer:
+    """Create or change a server (:func:`connectors.remote.connection_save`); a new URL or
+    auth drops its cached tool list too."""
+    return connection_save(SERVERS, tenant=tenant, data=data, current=current)
 
 
 def mcp_server_delete(*, tenant: Tenant, row: McpServer) -> None:

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import uvicorn
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -37,6 +33,8 @@ from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from tests.connectors.serving import free_port, serving
 
 TOKEN = "sentinel-a2a-bearer-7b2e90d1c4"
 
@@ -102,17 +100,10 @@ def _card(url: str, *, streaming: bool) -> AgentCard:
     )  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def a2a_peer(*, streaming: bool = True) -> Iterator[Peer]:
     """The agent, listening on loopback for the block."""
-    port = _free_port()
+    port = free_port()
     peer = Peer(url=f"http://127.0.0.1:{port}/")
     card = _card(f"http://127.0.0.1:{port}/rpc", streaming=streaming)
     handler = DefaultRequestHandler(
@@ -121,17 +112,5 @@ def a2a_peer(*, streaming: bool = True) -> Iterator[Peer]:
     routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/rpc")]
     app = Starlette(routes=routes)
     app.add_middleware(BearerRequired)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="a2a-peer", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the A2A peer did not start")
-        time.sleep(0.02)
-    try:
+    with serving(app, port, "A2A peer"):
         yield peer
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

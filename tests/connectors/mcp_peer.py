@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from tests.connectors.serving import free_port, serving
 
 TOKEN = "sentinel-mcp-bearer-5d1c0e77a9"
 CLIENT_ID = "platform-client"
@@ -120,30 +118,11 @@ def _server(peer: Peer, port: int) -> MCPServer[Any]:
     return server
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def mcp_peer() -> Iterator[Peer]:
     """The server, listening on loopback for the block."""
-    port = _free_port()
+    port = free_port()
     peer = Peer(url=f"http://127.0.0.1:{port}/mcp")
     app = _server(peer, port).streamable_http_app(stateless_http=True, json_response=True)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="mcp-peer", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the MCP peer did not start")
-        time.sleep(0.02)
-    try:
+    with serving(app, port, "MCP peer", lifespan="on"):
         yield peer
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
