@@ -289,6 +289,11 @@ def _variables(entry: Any) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _source(view: RegistryView, entry: Any) -> dict[str, Any]:
+    source = view.source_of(entry)
+    return {"kind": str(source.kind), "name": source.name, "version": source.version}
+
+
 class RegistryListView(APIView):
     """One kind of what the operator's Python registry offers this tenant (read-only), in
     the registry's order."""
@@ -305,20 +310,28 @@ def registry_tools_json(view: RegistryView) -> list[dict[str, Any]]:
     """The registry's tools visible in ``view``, as ``GET /registry/tools`` lists them."""
     return [
         {"name": e.name, "description": e.description, "args_schema": e.args_schema,
-         "variables": _variables(e), "progress_argument": e.progress_argument}
+         "variables": _variables(e), "progress_argument": e.progress_argument,
+         "source": _source(view, e)}
         for e in view.tools.values()
     ]  # fmt: skip
 
 
 def registry_hooks_json(view: RegistryView) -> list[dict[str, Any]]:
     """The registry's hook implementations visible in ``view``."""
-    return [{"id": e.id, "hook": str(e.hook)} for e in view.hooks.values()]
+    return [
+        {"id": e.id, "hook": str(e.hook), "source": _source(view, e)} for e in view.hooks.values()
+    ]
 
 
 def registry_effects_json(view: RegistryView) -> list[dict[str, Any]]:
     """The registry's effects visible in ``view``."""
     return [
-        {"name": e.name, "description": e.description, "args_schema": e.args_schema}
+        {
+            "name": e.name,
+            "description": e.description,
+            "args_schema": e.args_schema,
+            "source": _source(view, e),
+        }
         for e in view.effects.values()
     ]
 
@@ -360,9 +373,10 @@ class RegistryEffectsView(RegistryListView):
 class RegistryEndpointsView(RegistryListView):
     def entries(self, view: RegistryView) -> Sequence[dict[str, Any]]:
         return [
-            {"route": e.route, "methods": sorted(e.methods), "public": e.public}
+            {"route": e.route, "methods": sorted(e.methods), "public": e.public,
+             "source": _source(view, e)}
             for e in view.endpoints
-        ]
+        ]  # fmt: skip
 
     @_registry_schema(
         "endpoints", RegistryEndpointSerializer, "List the registry's thread endpoints"

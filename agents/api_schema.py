@@ -30,7 +30,7 @@ from agents.documents import (
     ToolConfig,
 )
 from agents.permissions import DECISIONS
-from agents.registry.entries import HookName
+from agents.registry.entries import HookName, SourceKind
 from agents.validation import Kind
 from common.inputs import StrictInput
 from common.schema import US_SINCE_EPOCH
@@ -257,6 +257,23 @@ class RegistryVariableSerializer(serializers.Serializer[Any]):
     description = serializers.CharField(allow_blank=True)
 
 
+class RegistrySourceSerializer(serializers.Serializer[Any]):
+    """Where a registry item came from."""
+
+    kind = serializers.ChoiceField(
+        choices=[str(kind) for kind in SourceKind],
+        help_text="`app`: an app of the platform's settings; `package`: an entry point of an "
+        "installed distribution; `setting`: a module named in `PLATFORM_APPS`; `module`: a "
+        "module registering outside discovery",
+    )
+    name = serializers.CharField(
+        help_text="the app, the distribution, or the module (`setting`, `module`)"
+    )
+    version = serializers.CharField(
+        allow_null=True, help_text="the distribution's version (`package`); else null"
+    )
+
+
 class RegistryToolSerializer(serializers.Serializer[Any]):
     """A tool of the operator's registry that prompts may list in `tools`."""
 
@@ -267,6 +284,8 @@ class RegistryToolSerializer(serializers.Serializer[Any]):
     progress_argument = serializers.CharField(
         allow_null=True, help_text="the argument streamed to clients as progress, if any"
     )
+    # The declared field leaves the class (like `errors` above), hiding no attribute.
+    source = RegistrySourceSerializer()  # type: ignore[assignment]
 
 
 class RegistryHookSerializer(serializers.Serializer[Any]):
@@ -274,6 +293,7 @@ class RegistryHookSerializer(serializers.Serializer[Any]):
 
     id = serializers.CharField()
     hook = serializers.ChoiceField(choices=[str(name) for name in HookName])
+    source = RegistrySourceSerializer()  # type: ignore[assignment]
 
 
 class RegistryEffectSerializer(serializers.Serializer[Any]):
@@ -284,6 +304,7 @@ class RegistryEffectSerializer(serializers.Serializer[Any]):
     args_schema = serializers.DictField(
         allow_null=True, help_text="the JSON Schema of its arguments; null: none"
     )
+    source = RegistrySourceSerializer()  # type: ignore[assignment]
 
 
 class RegistryEndpointSerializer(serializers.Serializer[Any]):
@@ -292,6 +313,7 @@ class RegistryEndpointSerializer(serializers.Serializer[Any]):
     route = serializers.CharField(help_text="e.g. `reports/[id]`")
     methods = serializers.ListField(child=serializers.CharField())
     public = serializers.BooleanField(help_text="whether it answers without credentials")
+    source = RegistrySourceSerializer()  # type: ignore[assignment]
 
 
 # Permission rules -----------------------------------------------------------------------------

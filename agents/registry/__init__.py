@@ -24,6 +24,12 @@ return the function unchanged. Names are checked when the module is imported: a 
 unknown hook or a clash raises :class:`RegistryError` naming both definitions. Re-executing a
 module (a reload, a second discovery) replaces its own entries silently.
 
+Installed packages add entries without editing the settings (:mod:`agents.registry.extensions`):
+a distribution declares a module in the entry-point group ``standard_agents_platform.extensions``,
+or the setting ``PLATFORM_APPS`` names it. :meth:`Registry.source_of` tells where each entry came
+from; an extension that fails to import or register stops start-up with ``ImproperlyConfigured``
+naming it.
+
 Operators may restrict items to some tenants with the setting ``AGENT_REGISTRY_RESTRICTED``
 (``{"tools": {"send_invoice": ["acme"]}, "hooks": {<id>: [...]}, "effects": {...},
 "endpoints": {"reports/[id]": [...]}}``); :meth:`Registry.visible_to` applies it. Everything not
@@ -47,9 +53,12 @@ from agents.registry.entries import (
     HookEntry,
     HookName,
     RegistryError,
+    Source,
+    SourceKind,
     ToolEntry,
     VariableDefinition,
 )
+from agents.registry.extensions import ENTRY_POINT_GROUP, PLATFORM_APPS_SETTING
 from agents.registry.results import INVALID_TOOL_RESULT, ToolResult, tool_result_from
 from agents.registry.routing import (
     HTTP_METHODS,
@@ -63,9 +72,11 @@ from agents.registry.routing import (
 
 __all__ = [
     "DISCOVERY_MODULE",
+    "ENTRY_POINT_GROUP",
     "HTTP_METHODS",
     "INVALID_TOOL_RESULT",
     "NO_ARGS_SCHEMA",
+    "PLATFORM_APPS_SETTING",
     "RESTRICTIONS_SETTING",
     "RESTRICTION_KINDS",
     "EffectEntry",
@@ -79,6 +90,8 @@ __all__ = [
     "RegistryView",
     "Segment",
     "SegmentKind",
+    "Source",
+    "SourceKind",
     "ToolEntry",
     "ToolResult",
     "VariableDefinition",

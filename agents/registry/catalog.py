@@ -12,7 +12,15 @@ from typing import TypeVar
 
 from django.conf import settings
 
-from agents.registry.entries import EffectEntry, HookEntry, HookName, RegistryError, ToolEntry
+from agents.registry.entries import (
+    EffectEntry,
+    HookEntry,
+    HookName,
+    RegistryError,
+    Source,
+    SourceKind,
+    ToolEntry,
+)
 from agents.registry.routing import (
     EndpointEntry,
     EndpointMatch,
@@ -34,11 +42,13 @@ class _Catalog:
         hooks: dict[str, HookEntry],
         effects: dict[str, EffectEntry],
         endpoints: list[EndpointEntry],
+        sources: dict[str, Source],
     ):
         self._tools = tools
         self._hooks = hooks
         self._effects = effects
         self._endpoints = endpoints
+        self._sources = sources
 
     @property
     def tools(self) -> Mapping[str, ToolEntry]:
@@ -56,6 +66,11 @@ class _Catalog:
     @property
     def endpoints(self) -> tuple[EndpointEntry, ...]:
         return tuple(self._endpoints)
+
+    def source_of(self, entry: ToolEntry | HookEntry | EffectEntry | EndpointEntry) -> Source:
+        """Where ``entry`` came from: the app or extension whose discovery registered its
+        module; a module registered outside discovery is its own source."""
+        return self._sources.get(entry.module) or Source(SourceKind.MODULE, entry.module)
 
     def tool(self, name: str) -> ToolEntry | None:
         return self._tools.get(name)
@@ -115,6 +130,7 @@ class RegistryView(_Catalog):
             {i: e for i, e in catalog.hooks.items() if rules.allows("hooks", i, tenant_slug)},
             {n: e for n, e in catalog.effects.items() if rules.allows("effects", n, tenant_slug)},
             [e for e in catalog.endpoints if rules.allows("endpoints", e.route, tenant_slug)],
+            catalog._sources,
         )
 
 
@@ -122,7 +138,7 @@ class Registry(_Catalog):
     """All registered tools, hooks, effects and endpoints, regardless of tenant."""
 
     def __init__(self) -> None:
-        super().__init__({}, {}, {}, [])
+        super().__init__({}, {}, {}, [], {})
         self._discovered: set[str] = set()
 
     def visible_to(self, tenant_slug: str) -> RegistryView:
@@ -140,6 +156,10 @@ class Registry(_Catalog):
 
     def mark_discovered(self, names: Iterable[str]) -> None:
         self._discovered.update(names)
+
+    def record_source(self, modules: Iterable[str], source: Source) -> None:
+        """Attribute the entries of ``modules`` to ``source`` (discovery calls it)."""
+        self._sources.update(dict.fromkeys(modules, source))
 
     def modules(self) -> set[str]:
         """Modules that contributed at least one entry."""

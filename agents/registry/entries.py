@@ -73,6 +73,28 @@ class HookName(StrEnum):
     """After a compaction overlay was written. ``(compaction)`` -> ignored."""
 
 
+class SourceKind(StrEnum):
+    """Where a registry entry came from."""
+
+    APP = "app"
+    """An app of the platform's own settings; ``name`` is the app."""
+    PACKAGE = "package"
+    """An entry point of an installed distribution; ``name`` and ``version`` are its."""
+    SETTING = "setting"
+    """A module or app named in ``PLATFORM_APPS``; ``name`` is that module."""
+    MODULE = "module"
+    """A module that is neither an app nor an extension (code that registers directly)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where entries came from, as ``GET /registry/{kind}`` shows it."""
+
+    kind: SourceKind
+    name: str
+    version: str | None = None
+
+
 def origin_of(function: Callable[..., Any]) -> str:
     return f"{function.__module__}.{function.__qualname__}"
 

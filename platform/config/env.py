@@ -112,6 +112,12 @@ def debug() -> bool:
     return _bool("DEBUG", default=not is_production())
 
 
+def platform_apps() -> list[str]:
+    """Extensions to load besides those installed packages declare: module or Django app
+    names (agents.registry.extensions)."""
+    return _list("PLATFORM_APPS") or []
+
+
 def allowed_hosts() -> list[str]:
     hosts = _list("ALLOWED_HOSTS")
     if hosts is not None:

@@ -11,6 +11,7 @@ import django_stubs_ext
 from corsheaders.defaults import default_headers as default_cors_headers
 from django.core.exceptions import ImproperlyConfigured
 
+from agents.registry.extensions import extension_apps
 from config import env
 
 env.check_production()
@@ -125,6 +126,11 @@ INSTALLED_APPS = [
 if not env.is_production():
     # The demo tenant's function tools (agents/demo/agent_tools.py).
     INSTALLED_APPS.append("agents.demo")
+# Extensions (docs/registry.md): the Django apps among the modules that installed packages
+# declare in the entry-point group standard_agents_platform.extensions or PLATFORM_APPS names;
+# discovery imports the others when the apps are ready.
+PLATFORM_APPS = env.platform_apps()
+INSTALLED_APPS += [app for app in extension_apps(PLATFORM_APPS) if app not in INSTALLED_APPS]
 
 MIDDLEWARE = [
     # Operations first, so each covers the whole request: its server span

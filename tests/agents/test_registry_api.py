@@ -78,12 +78,17 @@ def test_listings_describe_each_item(
 
     assert invoice["description"] == "Send an invoice"
     assert invoice["args_schema"]["properties"]["amount"]["type"] == "integer"
-    assert _get(client, "hooks") == [{"id": "drop_drafts", "hook": "filter_messages"}]
+    # Registered here, outside discovery: the module is its own source.
+    source = {"kind": "module", "name": __name__, "version": None}
+    assert invoice["source"] == source
+    assert _get(client, "hooks") == [
+        {"id": "drop_drafts", "hook": "filter_messages", "source": source}
+    ]
     assert _get(client, "effects") == [
-        {"name": "remind", "description": "Remind later", "args_schema": None}
+        {"name": "remind", "description": "Remind later", "args_schema": None, "source": source}
     ]
     assert _get(client, "endpoints") == [
-        {"route": "reports/[id]", "methods": ["GET"], "public": False}
+        {"route": "reports/[id]", "methods": ["GET"], "public": False, "source": source}
     ]
 
 

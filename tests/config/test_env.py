@@ -63,6 +63,7 @@ ENV_VARS = (
     "TENANT_WALL_STRICT",
     "REDIS_URL",
     "AGENT_PLATFORM_ENV",
+    "PLATFORM_APPS",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
@@ -494,6 +495,15 @@ def test_agent_platform_env_passes_nothing_by_default(monkeypatch: pytest.Monkey
     monkeypatch.setenv("UNRELATED_SECRET", "nope")
 
     assert env.agent_platform_env() == {}
+
+
+def test_platform_apps_default_to_none_and_split_on_commas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert env.platform_apps() == []
+
+    monkeypatch.setenv("PLATFORM_APPS", " weather_tools.tools, billing ,,")
+    assert env.platform_apps() == ["weather_tools.tools", "billing"]
 
 
 def test_agent_platform_env_follows_its_list(monkeypatch: pytest.MonkeyPatch) -> None:
