@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agents.documents import ModelDoc
+
 SCRIPTED_NOTE = (
     "This is the scripted demo model: it answers by fixed rules, not with a language model. "
     "Ask it for the time, to count the words of a sentence, to summarize something, to "
@@ -67,7 +69,6 @@ SCRIPTED_RULES: list[dict[str, Any]] = [
 
 # Prices (USD per 1M tokens) of the default demo models; another model's are unknown.
 _PRICES = {"gpt-4o-mini": ("0.15", "0.6"), "claude-3-5-haiku-latest": ("0.8", "4")}
-# The key of a local OpenAI-compatible server that needs none (it accepts any value).
 SCRIPTED_MODEL: dict[str, Any] = {
     "name": "demo_model", "provider": "scripted", "model_id": "scripted-demo",
     "config": {"rules": SCRIPTED_RULES},
@@ -82,16 +83,48 @@ def demo_model(credentials: PlatformCredentials, *, model_ids: Mapping[str, str]
     ``model_ids``: the model of each provider (``openai``, ``anthropic``)."""
     for provider in ("openai", "anthropic"):
         if provider in credentials:
-            model = {
-                "name": "demo_model", "provider": provider, "model_id": model_ids[provider],
-                "credential": f"platform:{provider}",
-            }  # fmt: skip
             official = not credentials[provider].get("base_url")
-            prices = _PRICES.get(model["model_id"]) if official else None
-            if prices is not None:
-                model["input_price"], model["output_price"] = prices
-            return model
+            return _provider_model(provider, model_ids[provider], official=official)
     return dict(SCRIPTED_MODEL)
+
+
+def _provider_model(provider: str, model_id: str, *, official: bool) -> dict[str, Any]:
+    model = {
+        "name": "demo_model", "provider": provider, "model_id": model_id,
+        "credential": f"platform:{provider}",
+    }  # fmt: skip
+    prices = _PRICES.get(model_id) if official else None
+    if prices is not None:
+        model["input_price"], model["output_price"] = prices
+    return model
+
+
+def is_seeded_provider_model(doc: ModelDoc) -> bool:
+    """Whether a stored model is a real demo model exactly as this seed writes it for some
+    configuration (any model id, on the official endpoint or another): one that should
+    follow ``OPENAI_MODEL`` / ``ANTHROPIC_MODEL`` and the configured provider. A model the
+    tenant changed in any other way (prices, config, base_url, credential) is not."""
+    if doc.provider == "scripted":
+        return False
+    return any(
+        doc == ModelDoc.model_validate(_provider_model(doc.provider, doc.model_id, official=o))
+        for o in (True, False)
+    )
+
+
+# The placeholder key earlier seeds stored on the demo model for a local server (before the
+# model took its key and endpoint from the platform credential ``platform:openai``).
+EARLIER_LOCAL_SERVER_KEY = "local-server"
+
+
+def is_earlier_local_model(doc: ModelDoc, *, stored_key: str | None) -> bool:
+    """Whether a stored model is the demo model of a local server as earlier seeds wrote it:
+    its own ``base_url`` and the placeholder key stored on the model."""
+    if doc.provider != "openai" or doc.base_url is None:
+        return False
+    earlier = {"name": "demo_model", "provider": "openai", "model_id": doc.model_id,
+               "base_url": doc.base_url}  # fmt: skip
+    return stored_key == EARLIER_LOCAL_SERVER_KEY and doc == ModelDoc.model_validate(earlier)
 
 
 def relies_on_platform_env(doc: Any) -> bool:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, ClassVar, Final, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
@@ -162,22 +163,79 @@ _CONTEXT_WORDS = (
 
 
 def status_error(
-    spec: ModelSpec, status: int, detail: str, *, body_code: str | None = None
+    spec: ModelSpec,
+    status: int,
+    detail: str,
+    *,
+    body_code: str | None = None,
+    endpoint: str | None = None,
 ) -> ProviderError:
-    """An HTTP error status as a ProviderError; a request over the model's context window
-    has the code ``context_length_exceeded`` (never retried: the same request fails
-    again)."""
+    """An HTTP error status as a ProviderError naming the endpoint (``endpoint``, the URL the
+    call went to) and, for a refused key or an unknown model or path, the setting to check.
+    A request over the model's context window has the code ``context_length_exceeded``
+    (never retried: the same request fails again)."""
     too_long = status in (400, 413) and (
         body_code == CONTEXT_LENGTH_EXCEEDED or any(w in detail.lower() for w in _CONTEXT_WORDS)
     )
+    where = f" at {shown_url(endpoint)}" if endpoint else ""
+    hint = status_hint(spec, status)
     return ProviderError(
-        f"{spec.kind} model '{spec.name}' ({spec.model_id}) answered HTTP {status}: {detail}",
+        f"{spec.kind} model '{spec.name}' ({spec.model_id}){where} answered HTTP {status}: "
+        f"{detail}" + (f": {hint}" if hint else ""),
         retryable=False if too_long else is_retryable_status(status),
         http_status=status,
         provider=spec.kind,
         model=spec.name,
         code=CONTEXT_LENGTH_EXCEEDED if too_long else None,
     )
+
+
+# The operator's settings behind a platform credential (``platform:<provider>``), by provider:
+# its endpoint, its key and the demo model's id (named here, never read).
+_PLATFORM_SETTINGS: Final = {
+    "openai": ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL"),
+}
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error may show it: without a user, password or query (which may carry a
+    secret)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
+def reach_hint(spec: ModelSpec) -> str:
+    """The setting to check when the model's endpoint cannot be reached."""
+    if spec.operator_endpoint and spec.kind in _PLATFORM_SETTINGS:
+        return f"check {_PLATFORM_SETTINGS[spec.kind][0]} or the model's base_url"
+    if spec.base_url is None:
+        return "check the network (the model has no base_url: the provider's official endpoint)"
+    return "check the model's base_url"
+
+
+def status_hint(spec: ModelSpec, status: int) -> str | None:
+    """The setting to check after a refused key (401, 403) or an unknown model or path (404)."""
+    platform = _PLATFORM_SETTINGS.get(spec.kind) if spec.operator_endpoint else None
+    if status in (401, 403):
+        if platform is not None:
+            return f"check {platform[1]} (the platform credential's key)"
+        return "check the model's credential or API key"
+    if status == 404:
+        if platform is not None:
+            return (
+                f"check the model's model_id (the demo model's comes from {platform[2]}) "
+                f"and {platform[0]} or the model's base_url"
+            )
+        return "check the model's model_id and base_url"
+    return None
 
 
 def error_code_of(error: Exception) -> str | None:
@@ -200,13 +258,44 @@ def error_detail(error: Exception) -> str:
     return str(getattr(error, "message", None) or error)
 
 
-def transport_error(spec: ModelSpec, detail: str) -> ProviderError:
+def transport_error(spec: ModelSpec, detail: str, *, endpoint: str | None = None) -> ProviderError:
+    """A call that reached no answer, naming the endpoint (``endpoint``, the URL the call went
+    to) and the setting to check."""
+    if endpoint is None:
+        return ProviderError(
+            f"{spec.kind} model '{spec.name}' ({spec.model_id}) could not be reached: {detail}",
+            retryable=True,
+            provider=spec.kind,
+            model=spec.name,
+        )
     return ProviderError(
-        f"{spec.kind} model '{spec.name}' ({spec.model_id}) could not be reached: {detail}",
+        f"{spec.kind} model '{spec.name}' ({spec.model_id}) could not be reached at "
+        f"{shown_url(endpoint)} ({detail}): {reach_hint(spec)}",
         retryable=True,
         provider=spec.kind,
         model=spec.name,
     )
+
+
+# What a failed connection's text says, as an error shows it.
+_CONNECT_FAILURES: Final = (
+    ("connection refused", "connection refused"),
+    ("name or service not known", "the host name does not resolve"),
+    ("nodename nor servname", "the host name does not resolve"),
+    ("temporary failure in name resolution", "the host name does not resolve"),
+    ("getaddrinfo failed", "the host name does not resolve"),
+    ("no route to host", "no route to host"),
+    ("network is unreachable", "the network is unreachable"),
+)
+
+
+def _connect_detail(cause: BaseException) -> str:
+    text = str(cause)
+    lowered = text.lower()
+    for words, shown in _CONNECT_FAILURES:
+        if words in lowered:
+            return shown
+    return f"{type(cause).__name__}: {text}"
 
 
 def aborted(spec: ModelSpec) -> ProviderAborted:
@@ -319,12 +408,15 @@ class DeltaRuns:
         return closing
 
 
-def translate_sdk_error(spec: ModelSpec, error: Exception, sdk: ModuleType) -> ProviderError:
+def translate_sdk_error(
+    spec: ModelSpec, error: Exception, sdk: ModuleType, *, endpoint: str | None = None
+) -> ProviderError:
     """An exception of the ``openai`` or ``anthropic`` SDK (they share the class names) as a
-    :class:`ProviderError`. Order matters: timeouts are connection errors, and both are
-    ``APIError`` subclasses, as are status errors. A destination the egress guard refused
-    (wrapped by the SDK as a connection error) is never retried: the same call would be
-    refused again."""
+    :class:`ProviderError` naming ``endpoint`` (the URL the call went to, shown without
+    credentials) and the setting to check. Order matters: timeouts are connection errors,
+    and both are ``APIError`` subclasses, as are status errors. A destination the egress
+    guard refused (wrapped by the SDK as a connection error) is never retried: the same call
+    would be refused again."""
     refusal = egress_refusal(error)
     if refusal is not None:
         return ProviderError(
@@ -336,18 +428,19 @@ def translate_sdk_error(spec: ModelSpec, error: Exception, sdk: ModuleType) -> P
         )
     if isinstance(error, sdk.APIStatusError) and error.status_code >= 400:
         return status_error(
-            spec, error.status_code, error_detail(error), body_code=error_code_of(error)
-        )
+            spec, error.status_code, error_detail(error), body_code=error_code_of(error),
+            endpoint=endpoint,
+        )  # fmt: skip
     if isinstance(error, sdk.APIStatusError) and 300 <= error.status_code < 400:
         location = error.response.headers.get("location", "")
         return status_error(
-            spec, error.status_code, f"redirects are not followed (to {location or 'nowhere'})"
-        )
+            spec, error.status_code, f"redirects are not followed (to {location or 'nowhere'})",
+            endpoint=endpoint,
+        )  # fmt: skip
     if isinstance(error, sdk.APITimeoutError):
-        return transport_error(spec, "timed out")
+        return transport_error(spec, "timed out", endpoint=endpoint)
     if isinstance(error, sdk.APIConnectionError | httpx2.TransportError):
-        cause = error.__cause__ or error
-        return transport_error(spec, f"{type(cause).__name__}: {cause}")
+        return transport_error(spec, _connect_detail(error.__cause__ or error), endpoint=endpoint)
     if isinstance(error, sdk.APIError):
         # An error event inside a stream (e.g. Anthropic's overloaded_error on a 200).
         return transport_error(spec, f"error while streaming: {error_detail(error)}")
@@ -395,7 +488,7 @@ class SDKProvider(ABC):
         here, before any traffic)."""
         return sdk_client(
             self.client_class,
-            self.spec.base_url or self.default_base_url,
+            self._endpoint(),
             api_key_of(self.spec),
             timeout_of(self.spec),
             trusted=self.spec.operator_endpoint,
@@ -430,7 +523,10 @@ class SDKProvider(ABC):
         return run_abortable(produce, abort, self.spec)
 
     def _translate(self, error: Exception) -> ProviderError:
-        return translate_sdk_error(self.spec, error, self.sdk)
+        return translate_sdk_error(self.spec, error, self.sdk, endpoint=self._endpoint())
+
+    def _endpoint(self) -> str:
+        return self.spec.base_url or self.default_base_url
 
     @abstractmethod
     def _params(self, request: ProviderRequest) -> dict[str, Any]: ...

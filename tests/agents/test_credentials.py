@@ -20,7 +20,7 @@ from agents.models import Model, ProviderCredential
 from agents.selectors import model_load
 from tenancy.models import Role, Tenant
 from tests.fakes.llm_servers import FakeOpenAIServer, Reply
-from threads.models import Message, Thread, Turn
+from threads.models import Log, Message, Thread, Turn
 from threads.runtime.driver import thread_drive
 from threads.runtime.engine import Runtime
 from threads.runtime.lifecycle import thread_open
@@ -90,9 +90,10 @@ def _run_turn(tenant: Tenant) -> Thread:
 
 
 def _failure(thread: Thread) -> str:
-    row = Message.objects.filter(thread=thread, status="failed").first()
-    assert row is not None, "the model call should have failed"
-    return str(row.metadata["error"])
+    log = Log.objects.filter(thread=thread, kind="llm").order_by("created_at").last()
+    assert log is not None, "the model call should have been logged"
+    assert log.data["error"], "the model call should have failed"
+    return str(log.data["error"])
 
 
 def _insert_model(tenant: Tenant, name: str, **fields: Any) -> None:

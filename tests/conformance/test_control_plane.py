@@ -39,7 +39,7 @@ PROVED_ELSEWHERE: dict[str, list[tuple[str, str]]] = {
         (TURNS_E2E, "test_turn_of_a_killed_worker_reads_lost_and_the_sweep_completes_it_once"),
     ],
     "ARE runtime.error for fatal conditions": [
-        (STOPS, "test_step_error_fails_the_pending_row_and_the_thread"),
+        (STOPS, "test_step_error_removes_the_empty_pending_row_and_fails_the_thread"),
     ],
     "ARE action_id in the envelope of an action's events": [
         (ACTIONS, "test_approve_runs_the_call_once_and_the_turn_carries_on"),

@@ -410,5 +410,9 @@ def test_a_timeout_is_reported_as_a_retryable_timeout(sdk_name: str) -> None:
 
     translated = provider_class(spec)._translate(error)
 
-    assert translated.message == f"{sdk_name} model 'm' (x) could not be reached: timed out"
+    endpoint = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+    assert translated.message == (
+        f"{sdk_name} model 'm' (x) could not be reached at {endpoint[sdk_name]} (timed out): "
+        "check the network (the model has no base_url: the provider's official endpoint)"
+    )
     assert translated.retryable is True

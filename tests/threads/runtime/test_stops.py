@@ -382,7 +382,7 @@ def test_a_success_between_tool_errors_resets_the_repeated_error_count(engine: E
 # Errors, state and hooks ---------------------------------------------------------------------
 
 
-def test_step_error_fails_the_pending_row_and_the_thread(engine: Engine) -> None:
+def test_step_error_removes_the_empty_pending_row_and_fails_the_thread(engine: Engine) -> None:
     thread = helper(engine)
     engine.script.error("model overloaded", code="overloaded", status=400, retryable=False)
     engine.send(thread, "hello")
@@ -397,11 +397,11 @@ def test_step_error_fails_the_pending_row_and_the_thread(engine: Engine) -> None
     )
     assert [(m.role, m.side, m.content, m.status, m.silent) for m in stored] == [
         ("user", "b", "hello", "completed", False),
-        ("assistant", "a", None, "failed", False),
         ("system", "", f"The step failed: {failure}", "completed", True),
     ]
-    assert stored[1].metadata["error"] == failure
     assert stored[1].metadata["error_code"] == "provider_chain_failed"
+    (call,) = Log.objects.filter(thread=thread, kind="llm")
+    assert call.data["error"] == failure
     assert len(engine.script.requests) == 1
     assert thread.status == "failed"
     (error,) = Event.objects.filter(thread=thread, type="runtime.error")

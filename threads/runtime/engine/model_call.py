@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agents.documents import PromptDoc, SideConfig
 from agents.providers.base import (
+    ContentDelta,
     LLMMessage,
     ProviderAborted,
     ProviderError,
@@ -20,7 +21,7 @@ from agents.providers.base import (
     ProviderResponse,
     ReasoningConfig,
 )
-from agents.providers.chain import generate_with_fallbacks
+from agents.providers.chain import ChainChunk, RetryStarted, generate_with_fallbacks
 from agents.registry import HookName
 from threads.models import Message, MessageStatus
 from threads.runtime.context import HistoryOptions, history_to_llm, render_system_prompt
@@ -154,8 +155,8 @@ def model_call(
 ) -> tuple[Message, ProviderResponse]:
     """A pending row, the model call (retries, fallbacks, streaming), then the row filled.
 
-    Raises FlowAborted (the pending row is deleted) or StepFailed (the row is marked
-    failed and the error logged).
+    Raises FlowAborted (the pending row is deleted) or StepFailed (the error logged; the row
+    is deleted, or marked failed with the text streamed before the failure).
     """
     spec = flow.defs.model(prompt.model)
     request = ProviderRequest(
@@ -220,9 +221,10 @@ def _called(
         )  # fmt: skip
     _checkpoint(flow, pending)
     flow.idle()  # the connection goes back to the pool while the model thinks
+    streamed = _Streamed(timer.on_chunk)
     try:
         result = generate_with_fallbacks(
-            spec, request, stream=True, on_chunk=timer.on_chunk,
+            spec, request, stream=True, on_chunk=streamed.on_chunk,
             abort=flow.execution.abort_signal, base_delay_s=flow.runtime.retry_base_delay_s,
             provider_factory=flow.runtime.provider_factory,
         )  # fmt: skip
@@ -233,13 +235,18 @@ def _called(
             _discard(flow, pending)
         raise FlowAborted from None
     except ProviderError as error:
+        # The error stays in the call's log, the step's system message and runtime.error;
+        # the row keeps only text the failed attempt had already shown, else it goes.
         with flow.outbox.batch():
-            message_finish(
-                message=pending, fence=flow.fence, outbox=flow.outbox, content=None,
-                status=MessageStatus.FAILED,
-                metadata={"error": error.message, "error_code": error.code},
-            )  # fmt: skip
             model_log(flow, prompt, spec, timer, None, error=error)
+            if streamed.text:
+                message_finish(
+                    message=pending, fence=flow.fence, outbox=flow.outbox,
+                    content=streamed.text, status=MessageStatus.FAILED,
+                    metadata={"error": error.message, "error_code": error.code},
+                )  # fmt: skip
+            else:
+                _discard(flow, pending)
         raise StepFailed(error) from error
     _retrying(flow, False)
     _checkpoint(flow, pending)
@@ -279,6 +286,26 @@ def _called(
         )
         spend_commit(flow, hold, result, finished)
     return finished, response
+
+
+class _Streamed:
+    """Relays a call's chunks to ``relay`` and keeps the text the current attempt streamed
+    (a retry or fallback starts it again, as its consumers discard what came before)."""
+
+    def __init__(self, relay: Callable[[ChainChunk], None]) -> None:
+        self.relay = relay
+        self.parts: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def on_chunk(self, chunk: ChainChunk) -> None:
+        if isinstance(chunk, RetryStarted):
+            self.parts.clear()
+        elif isinstance(chunk, ContentDelta):
+            self.parts.append(chunk.delta)
+        self.relay(chunk)
 
 
 def error_code(error: ProviderError) -> str:
