@@ -357,7 +357,7 @@ class A2aCardOutput(serializers.Serializer[Any]):
     error = serializers.CharField(
         allow_null=True, help_text="why the card could not be fetched (then it is the cached one)"
     )
-    card = serializers.JSONField(allow_null=True, help_text="the agent's card (A2A 1.0 JSON)")
+    card = serializers.DictField(allow_null=True, help_text="the agent's card (A2A 1.0 JSON)")
     health = HealthOutput()
 
 
