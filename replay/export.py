@@ -34,7 +34,7 @@ from threads.models import Log, Message, Thread, ThreadFile
 from threads.services.events import MAX_PAGE, event_envelopes, event_pruned_through
 from threads.services.files import file_read_stream
 from threads.services.logs import log_json
-from threads.services.messages import message_json
+from threads.services.messages import message_answer
 from threads.services.threads import thread_get
 
 R = TypeVar("R", bound=Model)
@@ -143,7 +143,7 @@ def _thread_records(thread: Thread) -> Iterator[tuple[str, dict[str, Any]]]:
     for envelope in thread_events(thread):
         yield "event", {"kind": "event", **envelope}
     for message in _messages(thread):
-        yield "message", {"kind": "message", "thread_id": thread_id, **message_json(message)}
+        yield "message", {"kind": "message", "thread_id": thread_id, **message_answer(message)}
     for log in _logs(thread):
         # The row's own ``kind`` (``llm``, ``tool``, …) is ``log_kind`` beside the record's.
         yield "log", {**log_json(log), "kind": "log", "log_kind": log.kind, "thread_id": thread_id}

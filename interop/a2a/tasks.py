@@ -75,7 +75,7 @@ def agent_message(text: str, *, turn: Turn, message_id: str) -> Message:
 
 
 def history_message(message: Mapping[str, Any], *, turn: Turn) -> Message | None:
-    """One of our messages (``message_json``'s shape) as an A2A message: a top-level user
+    """One of our messages (``message_answer``'s shape) as an A2A message: a top-level user
     or assistant message with text; None for the rest (tool calls and results, system
     notes, a subagent's)."""
     role = {"user": Role.ROLE_USER, "assistant": Role.ROLE_AGENT}.get(message["role"])

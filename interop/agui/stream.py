@@ -62,6 +62,7 @@ from threads.api.events import REVOKED_FRAME, StreamScope
 from threads.events import QUEUE_CHANGES_ENDING_TURNS, EventType
 from threads.models import Thread
 from threads.runtime.client_tools import RESULT_SCHEMA
+from threads.services.messages import tool_calls_json
 from threads.services.values import value_list, value_of
 from threads.streams import Delivery
 
@@ -256,23 +257,20 @@ class RunScope(StreamScope):
             yield TextMessageEndEvent(message_id=self.open_message)
             self.open_message = None
 
-    def _tool_calls(self, message_id: str, stored: object) -> Iterator[BaseEvent]:
-        """The answer's tool calls (``tool_calls``: the stored JSON string of OpenAI's
-        shape), each as start, arguments and end."""
-        calls = json.loads(stored) if isinstance(stored, str) else []
-        for call in calls if isinstance(calls, list) else []:
-            function = call.get("function") or {}
-            call_id = str(call.get("id"))
+    def _tool_calls(self, message_id: str, answered: object) -> Iterator[BaseEvent]:
+        """The answer's tool calls (``tool_calls``: ``[{id, name, arguments}]`` as the API
+        answers them; events stored before that carry the JSON string of OpenAI's shape,
+        read alike), each as start, arguments and end."""
+        calls = tool_calls_json(answered if isinstance(answered, str | list) else None)
+        for call in calls:
+            call_id = call["id"]
             if call_id in self.calls:
                 continue
             self.calls.add(call_id)
             yield ToolCallStartEvent(
-                tool_call_id=call_id, tool_call_name=str(function.get("name")),
-                parent_message_id=message_id,
-            )  # fmt: skip
-            arguments = function.get("arguments")
-            if isinstance(arguments, str) and arguments:
-                yield ToolCallArgsEvent(tool_call_id=call_id, delta=arguments)
+                tool_call_id=call_id, tool_call_name=call["name"], parent_message_id=message_id
+            )
+            yield ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(call["arguments"]))
             yield ToolCallEndEvent(tool_call_id=call_id)
 
     def _paused(self, payload: Mapping[str, Any]) -> RunFinishedEvent:

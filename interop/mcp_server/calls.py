@@ -38,7 +38,7 @@ from threads.services.actions import (
     turn_pending_actions,
 )
 from threads.services.idempotency import idempotent_call, request_hash
-from threads.services.messages import message_json, message_list
+from threads.services.messages import message_answer, message_list
 from threads.services.threads import thread_get
 from threads.services.turns import (
     turn_events_start,
@@ -166,7 +166,7 @@ def thread_messages_read(*, tenant: Tenant, read: ReadThreadMessages) -> dict[st
     shows each), and whether older ones exist."""
     thread = thread_get(tenant=tenant, thread_id=read.thread_id)
     page = message_list(thread=thread, limit=read.limit, order="desc")
-    messages = [message_json(message) for message in reversed(page.messages)]
+    messages = [message_answer(message) for message in reversed(page.messages)]
     return {"thread_id": str(thread.pk), "messages": messages, "has_more": page.has_more}
 
 

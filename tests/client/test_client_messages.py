@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 from standard_agents_client import AsyncClient, Client, NotFound, attachment
+from standard_agents_client.types import ToolCall
 
 
 def test_a_sent_message_queues_a_turn_that_answers(client: Client, chat: str) -> None:
@@ -61,6 +62,21 @@ def test_a_message_carries_its_attachment(client: Client, chat: str) -> None:
     (stored,) = queued["message"]["attachments"]
     assert (stored["name"], stored["mimeType"], stored["size"]) == ("note.txt", "text/plain", 5)
     assert client.files.download(thread["id"], stored["path"]) == b"hello"
+
+
+def test_a_tool_call_reads_as_an_object_with_its_arguments(client: Client, chat: str) -> None:
+    thread = client.threads.create(chat)
+
+    waited = client.turns.submit_and_wait(thread["id"], "What time is it?", timeout=30)
+    (issuer,) = [m for m in waited["messages"] if m["tool_calls"]]
+    (call,) = issuer["tool_calls"] or []
+    typed: ToolCall = call
+    read = client.messages.get(thread["id"], issuer["id"])
+    (result,) = [m for m in waited["messages"] if m["role"] == "tool"]
+
+    assert (typed["name"], typed["arguments"]) == ("current_time", {"timezone": "UTC"})
+    assert read["tool_calls"] == [call]
+    assert result["tool_call_id"] == call["id"]
 
 
 def test_a_turn_leaves_its_model_call_in_the_logs(client: Client, chat: str) -> None:

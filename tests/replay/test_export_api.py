@@ -85,6 +85,14 @@ def test_a_thread_export_streams_header_thread_definitions_events_rows_files_and
         str(pk) for pk in stored_messages.values_list("pk", flat=True)
     ]
     assert {m["thread_id"] for m in messages} == {str(thread.pk)}
+    answered = member.get(
+        f"/api/v1/threads/{thread.pk}/messages?include_silent=true&depth=100&limit=100"
+    ).json()["results"]
+    assert [
+        {k: v for k, v in m.items() if k not in ("kind", "thread_id")} for m in messages
+    ] == answered  # the message as the messages API shows it
+    (calls,) = [m["tool_calls"] for m in messages if m["tool_calls"]]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("echo", {"text": "hi"})]
     assert (
         len([r for r in records if r["kind"] == "log"]) == Log.objects.filter(thread=thread).count()
     )

@@ -46,10 +46,10 @@ from threads.services.inbox import (
 )
 from threads.services.messages import (
     UNSET,
+    message_answer,
     message_delete,
     message_get,
     message_inject,
-    message_json,
     message_update,
     messages_of,
 )
@@ -202,7 +202,7 @@ class MessageListView(ThreadScopedView):
             thread=self.thread(), include_silent=options["include_silent"],
             max_depth=options["depth"],
         ).order_by("seq" if options["order"] == "asc" else "-seq")  # fmt: skip
-        return paginate(request, rows, message_json, view=self)
+        return paginate(request, rows, message_answer, view=self)
 
     @extend_schema(
         summary="Send a message to a thread and run its agent",
@@ -251,7 +251,7 @@ class MessageInjectView(ThreadScopedView):
             thread=self.thread(), role=data["role"], content=data["content"],
             silent=data["silent"], metadata=data.get("metadata"),
         )  # fmt: skip
-        return Response(message_json(message), status=status.HTTP_201_CREATED)
+        return Response(message_answer(message), status=status.HTTP_201_CREATED)
 
 
 class MessageDetailView(ThreadScopedView):
@@ -263,7 +263,7 @@ class MessageDetailView(ThreadScopedView):
         message = message_get(thread=self.thread(), message_id=message_id)
         if message is None:
             raise NotFound(f"no message {message_id} in this thread")
-        return Response(message_json(message))
+        return Response(message_answer(message))
 
     @extend_schema(
         summary="Change a message's content or metadata", request=MessageUpdateInput,
@@ -278,7 +278,7 @@ class MessageDetailView(ThreadScopedView):
             content=data.get("content", UNSET),
             metadata=data.get("metadata", UNSET),
         )  # fmt: skip
-        return Response(message_json(message))
+        return Response(message_answer(message))
 
     @extend_schema(
         summary="Delete a message", responses={204: None}, operation_id="thread_messages_delete"

@@ -1,5 +1,5 @@
 """The answers several routes of a thread's work share: a message, a turn, an action and a
-variable-bootstrap request, as the services shape them (``message_json``, ``turn_json``,
+variable-bootstrap request, as the services shape them (``message_answer``, ``turn_json``,
 ``action_json``, ``variable_request_json``). The serializers document those shapes for the
 OpenAPI schema; the views answer the services' dicts as they are."""
 
@@ -25,6 +25,14 @@ from threads.services.inbox import QUEUEABLE_ROLES
 SIDES = ("a", "b")
 
 
+class ToolCallSerializer(serializers.Serializer[Any]):
+    """A tool call of an answer, as the `tool.started` event shows it."""
+
+    id = serializers.CharField(help_text="the call's id; a tool result's `tool_call_id`")
+    name = serializers.CharField(help_text="the tool called")
+    arguments = serializers.DictField(help_text="the arguments, as an object")
+
+
 class MessageSerializer(serializers.Serializer[Any]):
     """A message of a thread. Messages nested under a tool call (a subprompt's) have a
     `parent_id` and a `depth` above 0."""
@@ -34,8 +42,8 @@ class MessageSerializer(serializers.Serializer[Any]):
     role = serializers.ChoiceField(choices=MessageRole.choices)
     content = serializers.CharField(allow_null=True)
     name = serializers.CharField(allow_null=True, help_text="the tool's name, on a tool result")
-    tool_calls = serializers.CharField(
-        allow_null=True, help_text="an assistant message's tool calls, as a JSON string"
+    tool_calls = ToolCallSerializer(
+        many=True, allow_null=True, help_text="an answer's tool calls; null when it made none"
     )
     tool_call_id = serializers.CharField(
         allow_null=True, help_text="on a tool result: the call it answers"

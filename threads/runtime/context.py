@@ -15,6 +15,7 @@ from typing import Any, Literal
 from agents.documents import EnvPart, IncludePart, PromptDoc, TextPart, VariablePart
 from agents.providers.base import ContentPart, ImagePart, LLMMessage, Role, ToolCall
 from agents.providers.base import TextPart as ContentText
+from threads.services.messages import tool_calls_json
 
 EnvType = Literal["text", "secret"]
 SystemEnv = Callable[[str], tuple[str, EnvType] | None]
@@ -114,45 +115,12 @@ def _render_variable(key: str, variables: Mapping[str, Any]) -> str:
 
 
 def stored_tool_calls(raw: str | Sequence[Any] | None) -> list[ToolCall]:
-    """The calls of a stored message's ``tool_calls``: the JSON string or the parsed list.
-
-    Entries are ``{id, type: 'function', function: {name, arguments}}`` (the flat ``{id, name,
-    arguments}`` is accepted too); ``arguments`` is a JSON string or an object. Arguments that
-    do not parse to an object become ``{}``; entries without an id or a name, and a string
-    that is not a JSON list, are skipped rather than raised on, because history must stay
-    sendable whatever a past step stored.
-    """
-    if raw is None:
-        return []
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return []
-        if not isinstance(raw, list):
-            return []
-    calls: list[ToolCall] = []
-    for entry in raw:
-        if not isinstance(entry, Mapping):
-            continue
-        function = entry.get("function")
-        spec = function if isinstance(function, Mapping) else entry
-        call_id, name = entry.get("id"), spec.get("name")
-        if not call_id or not name:
-            continue
-        calls.append(
-            ToolCall(id=str(call_id), name=str(name), arguments=_arguments(spec.get("arguments")))
-        )
-    return calls
-
-
-def _arguments(raw: object) -> dict[str, Any]:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {}
-    return dict(raw) if isinstance(raw, Mapping) else {}
+    """The calls of a stored message's ``tool_calls`` (the JSON string or the parsed list),
+    read by :func:`tool_calls_json`'s rules."""
+    return [
+        ToolCall(id=call["id"], name=call["name"], arguments=call["arguments"])
+        for call in tool_calls_json(raw)
+    ]
 
 
 # History ---------------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -58,15 +58,81 @@ class StoredMessage(NamedTuple):
     attachments: Any
 
 
+class ToolCallJson(TypedDict):
+    """A tool call as the API answers it: ``arguments`` is the object the tool was called
+    with (the shape of the ``tool.started`` event)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
 def message_json(message: Message | StoredMessage) -> dict[str, Any]:
-    """A message in the spec's shape (Threads §2.1); ``tool_calls`` is a JSON string."""
+    """A message in the spec's ThreadState shape (Threads §2.1): ``tool_calls`` is the JSON
+    string of the stored OpenAI-shaped calls. Hooks, tools and the engine see this shape;
+    the API answers :func:`message_answer`'s."""
+    stored = message.tool_calls
+    return _message_fields(message, json.dumps(stored) if stored is not None else None)
+
+
+def message_answer(message: Message | StoredMessage) -> dict[str, Any]:
+    """A message as the API answers it (REST, turn waits, message events, exports, the MCP
+    server): :func:`message_json`'s shape with ``tool_calls`` a list of :class:`ToolCallJson`
+    (None when the message made no calls)."""
+    stored = message.tool_calls
+    return _message_fields(message, tool_calls_json(stored) if stored is not None else None)
+
+
+def tool_calls_json(stored: str | Sequence[Any] | None) -> list[ToolCallJson]:
+    """The calls of a stored message's ``tool_calls``: the JSON string or the parsed list.
+
+    Entries are ``{id, type: 'function', function: {name, arguments}}`` (the flat ``{id, name,
+    arguments}`` is accepted too); ``arguments`` is a JSON string or an object. Arguments that
+    do not parse to an object become ``{}``; entries without an id or a name, and a string
+    that is not a JSON list, are skipped rather than raised on: whatever a past step stored,
+    its history stays readable (and sendable to a model).
+    """
+    if stored is None:
+        return []
+    if isinstance(stored, str):
+        try:
+            stored = json.loads(stored)
+        except ValueError:
+            return []
+        if not isinstance(stored, list):
+            return []
+    calls: list[ToolCallJson] = []
+    for entry in stored:
+        if not isinstance(entry, Mapping):
+            continue
+        function = entry.get("function")
+        spec = function if isinstance(function, Mapping) else entry
+        call_id, name = entry.get("id"), spec.get("name")
+        if not call_id or not name:
+            continue
+        calls.append(
+            {"id": str(call_id), "name": str(name), "arguments": _arguments(spec.get("arguments"))}
+        )
+    return calls
+
+
+def _arguments(raw: object) -> dict[str, Any]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return dict(raw) if isinstance(raw, Mapping) else {}
+
+
+def _message_fields(message: Message | StoredMessage, tool_calls: Any) -> dict[str, Any]:
     return {
         "id": str(message.id),
         "seq": message.seq,
         "role": message.role,
         "content": message.content,
         "name": message.name or None,
-        "tool_calls": json.dumps(message.tool_calls) if message.tool_calls is not None else None,
+        "tool_calls": tool_calls,
         "tool_call_id": message.tool_call_id or None,
         "tool_status": message.tool_status or None,
         "created_at": message.created_at,
@@ -94,15 +160,20 @@ def history_json(*, thread: Thread, after_seq: int = 0) -> list[dict[str, Any]]:
     return stored_json(_HISTORY_SQL, [thread.pk, MessageStatus.PENDING, after_seq])
 
 
-def stored_json(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[dict[str, Any]]:
+def stored_json(
+    sql: str,
+    params: Sequence[Any] | Mapping[str, Any],
+    *,
+    shape: Callable[[StoredMessage], dict[str, Any]] = message_json,
+) -> list[dict[str, Any]]:
     """The messages a statement selecting :class:`StoredMessage`'s columns finds, as
-    :func:`message_json` shapes them."""
+    ``shape`` (:func:`message_json`, or :func:`message_answer` for an answer) shapes them."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     stored = [StoredMessage(*row) for row in rows]
     return [
-        message_json(
+        shape(
             message._replace(
                 tool_calls=jsonb_value(message.tool_calls),
                 metadata=jsonb_value(message.metadata),
@@ -292,7 +363,7 @@ def message_inject(
                 thread.acting_side = acting_side
             message.seq = row[0]
             message._state.adding = False
-            publish(thread, "message.created", message_json(message), outbox=outbox)
+            publish(thread, "message.created", message_answer(message), outbox=outbox)
     if row is None:
         raise _refused(thread, fence)
     return message
@@ -345,7 +416,7 @@ def message_finish(
         )  # fmt: skip
         written = cursor.rowcount == 1
         if written:
-            publish(message.thread, "message.updated", message_json(message), outbox=outbox)
+            publish(message.thread, "message.updated", message_answer(message), outbox=outbox)
     if not written:  # raised outside the block, as in message_inject
         refused = _refused(message.thread, fence)
         if isinstance(refused, StaleFence):
@@ -371,7 +442,7 @@ def message_update(
         message.metadata = check_metadata({**message.metadata, **check_metadata(metadata)})
     message.updated_at = now_us()
     message.save(update_fields=["content", "metadata", "updated_at"])
-    publish(thread, "message.updated", message_json(message))
+    publish(thread, "message.updated", message_answer(message))
     return message
 
 

@@ -35,7 +35,7 @@ from threads.services.actions import pending_actions
 from threads.services.control import paused_turn
 from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
-from threads.services.messages import StoredMessage, stored_json
+from threads.services.messages import StoredMessage, message_answer, stored_json
 from threads.services.spending import routing_limit_summary
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
 from threads.services.variable_requests import pending_variable_requests
@@ -125,8 +125,9 @@ def turn_message_ids(*, turns: Sequence[Turn]) -> dict[uuid.UUID, list[str]]:
 
 
 def turn_messages(*, turn: Turn) -> list[dict[str, Any]]:
-    """The messages ``turn`` wrote (its answer among them), oldest first."""
-    return stored_json(_TURN_MESSAGES_SQL, [turn.thread_id, turn.pk])
+    """The messages ``turn`` wrote (its answer among them), oldest first, as the API
+    answers them (:func:`message_answer`)."""
+    return stored_json(_TURN_MESSAGES_SQL, [turn.thread_id, turn.pk], shape=message_answer)
 
 
 def _check_waiting(turn: Turn, paused_turn_id: Any, change: str) -> None:

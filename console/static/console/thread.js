@@ -85,18 +85,23 @@
     item.setAttribute("aria-busy", message.status === "pending" ? "true" : "false");
     const content = item.querySelector(".content");
     if (message.content || message.status !== "pending") content.textContent = message.content || "";
-    if (message.tool_calls) {
-      let calls = [];
-      try {
-        calls = JSON.parse(message.tool_calls) || [];
-      } catch (error) {
-        calls = [];
-      }
-      for (const call of calls) {
-        const fn = call.function || call;
-        const details = toolCall(call.id, fn.name, item);
-        details.querySelector(".arguments").textContent = pretty(fn.arguments || {});
-      }
+    for (const call of toolCalls(message.tool_calls)) {
+      const fn = call.function || call;
+      const details = toolCall(call.id, fn.name, item);
+      details.querySelector(".arguments").textContent = pretty(fn.arguments || {});
+    }
+  }
+
+  // A message's tool calls: `[{id, name, arguments}]`; events stored before that shape carry
+  // the JSON string of `[{id, type, function: {name, arguments}}]`.
+  function toolCalls(value) {
+    if (Array.isArray(value)) return value;
+    if (typeof value !== "string") return [];
+    try {
+      const parsed = JSON.parse(value);
+      return Array.isArray(parsed) ? parsed : [];
+    } catch (error) {
+      return [];
     }
   }
 

@@ -64,7 +64,7 @@ def test_a_queued_task_shows_the_message_it_will_store() -> None:
 def test_a_completed_task_shows_its_text_messages_and_answers() -> None:
     turn = _turn("completed", ended_at=5_000_000)
     user = _message("user", "hi", metadata={A2A_MESSAGE_ID: "m-1"})
-    call = _message("assistant", None, tool_calls='[{"name": "t"}]')
+    call = _message("assistant", None, tool_calls=[{"id": "c1", "name": "t", "arguments": {}}])
     tool = _message("tool", "42")
     inner = _message("assistant", "a subagent's", depth=1)
     answer = _message("assistant", "It is 42.")

@@ -32,7 +32,7 @@ def _delivery(kind: str, payload: dict[str, Any], *, stored: bool = True) -> Del
 def _answer(message_id: str, status: str, content: str = "", calls: Any = None) -> Delivery:
     message = {"id": message_id, "role": "assistant", "status": status, "content": content,
                "parent_id": None, "depth": 0,
-               "tool_calls": json.dumps(calls) if calls is not None else None}  # fmt: skip
+               "tool_calls": calls}  # fmt: skip
     kind = "message.created" if status == "pending" else "message.updated"
     return _delivery(kind, message)
 
@@ -107,8 +107,7 @@ def test_an_answer_begun_before_the_stream_joined_arrives_whole() -> None:
 def test_an_answers_tool_calls_follow_its_text_and_its_results_come_from_tool_messages() -> None:
     scope = _scope()
     scope.replayed()
-    function = {"name": "current_time", "arguments": '{"timezone": "UTC"}'}
-    calls = [{"id": "call_1", "type": "function", "function": function}]
+    calls = [{"id": "call_1", "name": "current_time", "arguments": {"timezone": "UTC"}}]
     result = {"id": "m2", "role": "tool", "tool_call_id": "call_1", "content": "noon",
               "parent_id": None, "depth": 0, "status": "completed"}  # fmt: skip
 
@@ -124,8 +123,25 @@ def test_an_answers_tool_calls_follow_its_text_and_its_results_come_from_tool_me
         "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT",
         "STEP_FINISHED",
     ]  # fmt: skip
-    assert events[4].parent_message_id == "m1"
+    assert (events[4].parent_message_id, events[4].tool_call_name) == ("m1", "current_time")
+    assert json.loads(events[5].delta) == {"timezone": "UTC"}
     assert (events[7].tool_call_id, events[7].content) == ("call_1", "noon")
+
+
+def test_an_event_stored_with_the_calls_as_a_json_string_maps_alike() -> None:
+    """Message events stored before the answers carried objects hold the JSON string of
+    OpenAI's shape; a replay of them still shows the calls."""
+    scope = _scope()
+    scope.replayed()
+    function = {"name": "current_time", "arguments": '{"timezone": "UTC"}'}
+    legacy = json.dumps([{"id": "call_1", "type": "function", "function": function}])
+
+    events = _events(scope, [_answer("m1", "completed", "Looking.", legacy)])
+
+    calls = [e for e in events if e.type.value.startswith("TOOL_CALL_")]
+    assert [e.type.value for e in calls] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+    assert (calls[0].tool_call_id, calls[0].tool_call_name) == ("call_1", "current_time")
+    assert json.loads(calls[1].delta) == {"timezone": "UTC"}
 
 
 def test_a_frontend_tools_pause_leaves_its_call_pending_and_an_approval_is_an_interrupt() -> None:

@@ -183,6 +183,8 @@ async def test_an_approval_pauses_the_call_and_answer_action_lets_the_turn_end(
     assert status == "completed"
     last = read.structured_content["messages"][-1]
     assert (last["role"], last["content"][:6]) == ("assistant", "It is ")
+    (calls,) = [m["tool_calls"] for m in read.structured_content["messages"] if m["tool_calls"]]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("current_time", {"timezone": "UTC"})]
     assert again.is_error is True
     assert again.structured_content["error"]["code"] == "action_resolved"
 

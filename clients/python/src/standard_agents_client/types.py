@@ -159,15 +159,24 @@ class ThreadTerminated(TypedDict):
 # Messages and turns ---------------------------------------------------------------------------
 
 
+class ToolCall(TypedDict):
+    """A tool call of a message: ``arguments`` is the object the tool was called with."""
+
+    id: str
+    name: str
+    arguments: Json
+
+
 class Message(TypedDict):
-    """A message in the spec's shape; ``tool_calls`` is a JSON string."""
+    """A message of a thread; ``tool_calls`` lists an answer's tool calls (null when it made
+    none)."""
 
     id: str
     seq: int
     role: MessageRole
     content: str | None
     name: str | None
-    tool_calls: str | None
+    tool_calls: list[ToolCall] | None
     tool_call_id: str | None
     tool_status: str | None
     created_at: int
