@@ -76,6 +76,7 @@ def test_the_readme_quickstart_submits_a_turn_and_waits_for_its_answer(
     assert (again["done"], again["turn"]["status"]) == (True, "completed")
     assert again["messages"][0]["content"] == "And the date?"
     assert again["messages"][-1]["role"] == "assistant"
+    assert again["messages"][-1]["content"].startswith("It is ")  # the date, not the fallback
     assert answer["done"] is True
     assert answer["turn"]["status"] == "completed"
     roles = [message["role"] for message in answer["messages"]]

@@ -18,7 +18,7 @@ from agents.documents import ModelDoc
 
 SCRIPTED_NOTE = (
     "This is the scripted demo model: it answers by fixed rules, not with a language model. "
-    "Ask it for the time, to count the words of a sentence, to summarize something, to "
+    "Ask it for the time or the date, to count the words of a sentence, to summarize something, to "
     "remind you of something (in a minute) or to announce something. "
     "Set OPENAI_API_KEY (or OPENAI_BASE_URL) or ANTHROPIC_API_KEY and run `make run` again "
     "to use a real model."
@@ -63,6 +63,9 @@ SCRIPTED_RULES: list[dict[str, Any]] = [
     {"when": {"last_role": "user", "last_user_contains": "summar"},
      "respond": {"tool_calls": [{"name": "summarize",
                                  "arguments": {"text": "{last_user_message}"}}]}},
+    # current_time answers the date too ("Saturday 28 November 2026, 12:30 UTC").
+    {"when": {"last_role": "user", "last_user_contains": "date"},
+     "respond": {"tool_calls": [{"name": "current_time", "arguments": {"timezone": "UTC"}}]}},
     {"when": {}, "respond": {"text": SCRIPTED_NOTE}},
 ]  # fmt: skip
 
@@ -138,7 +141,10 @@ def relies_on_platform_env(doc: Any) -> bool:
 # The configs of the scripted model as earlier versions of the seed wrote it (sha256 of the
 # key-sorted JSON): still untouched, so a later seed may replace them.
 _EARLIER_SCRIPTED_CONFIGS = frozenset(
-    {"c4305f4e6242b1098a4ff9bfda64b6bc79d2c454dd17744924d006e36cd59f4c"}
+    {
+        "c4305f4e6242b1098a4ff9bfda64b6bc79d2c454dd17744924d006e36cd59f4c",
+        "c7c9366664df3d5fe7340c6f4b33a8796b18bfcd188bb5621d9e9882c0a486de",
+    }
 )
 
 

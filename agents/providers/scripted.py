@@ -49,7 +49,7 @@ from agents.providers.base import (
     is_retryable_status,
     response_chunks,
 )
-from agents.providers.scripted_rules import ScriptRules, fill, system_text
+from agents.providers.scripted_rules import Placeholders, ScriptRules, system_text
 from agents.providers.scripted_rules import check_scripted_config as check_scripted_config
 
 PROVIDER: Final = "scripted"
@@ -405,12 +405,12 @@ class ScriptedProvider:
                 f"(last message role: {last})",
                 code="script_no_rule",
             )
-        respond = rule.respond
+        respond, values = rule.respond, Placeholders.of(request)
         if respond.error is not None:
             return _Answer(
                 response=None,
                 error=ProviderError(
-                    fill(respond.error, request),
+                    values.text(respond.error),
                     retryable=is_retryable_status(respond.status),
                     http_status=respond.status,
                     provider=PROVIDER,
@@ -424,12 +424,12 @@ class ScriptedProvider:
             ToolCall(
                 id=str(call.get("id") or f"call_{earlier + index}"),
                 name=str(call["name"]),
-                arguments=fill(dict(call.get("arguments") or {}), request),
+                arguments=values.arguments(call.get("arguments") or {}),
             )
             for index, call in enumerate(respond.tool_calls, start=1)
         )
         response = self._response(
-            request, fill(respond.text, request), fill(respond.reasoning, request), calls, None
+            request, values.text(respond.text), values.text(respond.reasoning), calls, None
         )
         return _Answer(response=response, error=None, delay_ms=respond.delay_ms)
 

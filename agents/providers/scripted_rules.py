@@ -21,8 +21,15 @@ of the newest user message), ``last_tool`` (the newest message is a result of th
 ``system_contains`` (case-insensitive substring of the system prompt). ``respond`` is one of
 ``{"text", "reasoning"?}``, ``{"tool_calls": [{"name", "arguments"?}], "text"?}`` or
 ``{"error", "status"?}`` (default 500; 408/409/429/5xx are retryable), each with an optional
-``delay_ms``. The placeholders ``{last_user_message}`` and ``{last_tool_result}`` are replaced
-(one plain substitution pass; nothing else is interpreted) in texts and in string argument values.
+``delay_ms``.
+
+Placeholders are replaced in texts and in string argument values, in one plain substitution pass
+(nothing else is interpreted): ``{last_user_message}``, ``{last_tool_result}`` and
+``{last_user_number}``, the first number in the newest user message as written there. An
+argument value that is exactly ``"{last_user_number}"`` becomes that number, typed (an integer,
+or a float when written with a decimal point); with no number in the message, such an argument
+is left out of its object (a list holds ``null``). Any other ``{last_…}`` is a configuration
+problem, so a misspelt placeholder is refused rather than sent as it is.
 """
 
 from __future__ import annotations
@@ -45,7 +52,14 @@ _ROLES: Final = ("system", "user", "assistant", "tool")
 MAX_DELAY_MS: Final = 60_000
 MAX_CHUNK_SIZE: Final = 1_000_000
 
-_PLACEHOLDER: Final = re.compile(r"\{(last_user_message|last_tool_result)\}")
+PLACEHOLDERS: Final = ("last_user_message", "last_tool_result", "last_user_number")
+NUMBER_PLACEHOLDER: Final = "{last_user_number}"
+_PLACEHOLDER: Final = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
+# What looks like one of ours: ``{last_`` and a name. Other braces are plain text.
+_PLACEHOLDER_LIKE: Final = re.compile(r"\{last_[A-Za-z0-9_]*\}")
+# A number as people write one: digits, an optional minus (not a hyphen inside a word) and an
+# optional decimal part; "1,000" is 1 (no thousands separators).
+_NUMBER: Final = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
 
 Problem = tuple[str, str]
 
@@ -155,22 +169,59 @@ def system_text(messages: Sequence[LLMMessage]) -> str:
     return "\n\n".join(message.text for message in messages if message.role == "system")
 
 
-def fill(value: Any, request: ProviderRequest) -> Any:
-    """``value`` with the placeholders replaced in every string it holds (a copy).
+def _first_number(text: str) -> str | None:
+    found = _NUMBER.search(text)
+    return found.group() if found else None
 
-    One pass, so a placeholder inside the substituted text stays as it is.
-    """
-    if isinstance(value, str):
-        values = {
-            "last_user_message": last_text(request.messages, "user"),
+
+def _typed(written: str | None) -> int | float | None:
+    if written is None:
+        return None
+    return float(written) if "." in written else int(written)
+
+
+@dataclass(frozen=True)
+class Placeholders:
+    """What the placeholders stand for in one request: each as text, and the number typed."""
+
+    texts: Mapping[str, str]
+    number: int | float | None
+
+    @classmethod
+    def of(cls, request: ProviderRequest) -> Placeholders:
+        user = last_text(request.messages, "user")
+        number = _first_number(user)
+        texts = {
+            "last_user_message": user,
             "last_tool_result": last_text(request.messages, "tool"),
+            "last_user_number": number or "",
         }
-        return _PLACEHOLDER.sub(lambda match: values[match.group(1)], value)
-    if isinstance(value, Mapping):
-        return {key: fill(item, request) for key, item in value.items()}
-    if isinstance(value, list):
-        return [fill(item, request) for item in value]
-    return copy.deepcopy(value)
+        return cls(texts=texts, number=_typed(number))
+
+    def text(self, template: str) -> str:
+        """``template`` with its placeholders replaced, in one pass: a placeholder inside the
+        substituted text stays as it is."""
+        return _PLACEHOLDER.sub(lambda match: self.texts[match.group(1)], template)
+
+    def arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of a tool call's ``arguments`` with the placeholders replaced in every string
+        it holds; a value that is exactly ``"{last_user_number}"`` becomes the number (left
+        out of its object, ``None`` in a list, when the message has none)."""
+        return {key: self._filled(item) for key, item in arguments.items() if self._kept(item)}
+
+    def _filled(self, value: Any) -> Any:
+        if value == NUMBER_PLACEHOLDER:
+            return self.number
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return self.arguments(value)
+        if isinstance(value, list):
+            return [self._filled(item) for item in value]
+        return copy.deepcopy(value)
+
+    def _kept(self, value: Any) -> bool:
+        return not (value == NUMBER_PLACEHOLDER and self.number is None)
 
 
 # Validation ------------------------------------------------------------------------------------
@@ -234,6 +285,8 @@ def _check_respond(respond: object, path: str) -> list[Problem]:
     for key in ("text", "reasoning"):
         if key in respond and not isinstance(respond[key], str):
             problems.append((f"{path}.{key}", "must be a string"))
+    for key in ("text", "reasoning", "error"):
+        problems.extend(_check_placeholders(respond.get(key), f"{path}.{key}"))
     if has_error and not _text(respond["error"]):
         problems.append((f"{path}.error", "must be a non-empty string"))
     if "status" in respond:
@@ -263,9 +316,35 @@ def _check_tool_calls(calls: object, path: str) -> list[Problem]:
             problems.append((f"{where}.name", "required: the tool's name"))
         if "arguments" in call and not isinstance(call["arguments"], Mapping):
             problems.append((f"{where}.arguments", "must be an object"))
+        elif "arguments" in call:
+            problems.extend(_check_placeholders(call["arguments"], f"{where}.arguments"))
         if "id" in call and not _text(call["id"]):
             problems.append((f"{where}.id", "must be a non-empty string"))
     return problems
+
+
+def _check_placeholders(value: object, path: str) -> list[Problem]:
+    """Every ``{last_…}`` in the strings ``value`` holds must be a known placeholder."""
+    if isinstance(value, str):
+        unknown = [found for found in _PLACEHOLDER_LIKE.findall(value)
+                   if found[1:-1] not in PLACEHOLDERS]  # fmt: skip
+        if not unknown:
+            return []
+        known = ", ".join(f"{{{name}}}" for name in PLACEHOLDERS)
+        return [(path, f"unknown placeholder {', '.join(unknown)}; known: {known}")]
+    if isinstance(value, Mapping):
+        return [
+            problem
+            for key, item in value.items()
+            for problem in _check_placeholders(item, f"{path}.{key}")
+        ]
+    if isinstance(value, list):
+        return [
+            problem
+            for index, item in enumerate(value)
+            for problem in _check_placeholders(item, f"{path}[{index}]")
+        ]
+    return []
 
 
 def _check_streaming(streaming: object) -> list[Problem]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from agents.providers.base import (
     ContentDelta,
@@ -277,6 +278,87 @@ def test_placeholders_inside_the_user_text_are_not_expanded_again() -> None:
     assert provider.generate(request).content == "You said: {last_tool_result} {0} {__class__}"
 
 
+def _asked(text: str) -> ProviderRequest:
+    return ProviderRequest(messages=(LLMMessage.system("Be brief."), LLMMessage.user(text)))
+
+
+NUMBER_RULE = {
+    "respond": {
+        "tool_calls": [
+            {
+                "name": "packing_list",
+                "arguments": {
+                    "days": "{last_user_number}",
+                    "note": "{last_user_number} days",
+                    "nested": {"n": "{last_user_number}", "list": ["{last_user_number}", 1]},
+                    "kept": 7,
+                },
+            }
+        ],
+        "text": "Packing for {last_user_number} days",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("said", "number", "written"),
+    [
+        ("Pack for 3 days", 3, "3"),
+        ("pack for 2.5 days, then 4 more", 2.5, "2.5"),
+        ("it is -4 degrees in Oslo-3", -4, "-4"),
+        ("a trip to Oslo-3", 3, "3"),
+        ("10 days in v2.1", 10, "10"),
+        ("1,000 miles", 1, "1"),
+    ],
+)
+def test_a_whole_number_placeholder_argument_is_the_first_number_typed(
+    said: str, number: float, written: str
+) -> None:
+    response = _rules(NUMBER_RULE).generate(_asked(said))
+
+    (call,) = response.tool_calls
+    assert call.arguments == {
+        "days": number,
+        "note": f"{written} days",
+        "nested": {"n": number, "list": [number, 1]},
+        "kept": 7,
+    }
+    assert type(call.arguments["days"]) is type(number)
+    assert response.content == f"Packing for {written} days"
+
+
+def test_without_a_number_a_whole_number_argument_is_left_out_and_a_list_holds_null() -> None:
+    response = _rules(NUMBER_RULE).generate(_asked("Pack for a long weekend"))
+
+    (call,) = response.tool_calls
+    assert call.arguments == {"note": " days", "nested": {"list": [None, 1]}, "kept": 7}
+    assert response.content == "Packing for  days"
+
+
+def test_the_number_comes_from_the_newest_user_message_only() -> None:
+    request = ProviderRequest(
+        messages=(
+            LLMMessage.user("Pack for 3 days"),
+            LLMMessage.assistant("Done."),
+            LLMMessage.user("And for 12?"),
+        )
+    )
+
+    (call,) = _rules(NUMBER_RULE).generate(request).tool_calls
+
+    assert call.arguments["days"] == 12
+
+
+def test_other_argument_placeholders_stay_text_even_when_they_read_as_numbers() -> None:
+    provider = _rules(
+        {"respond": {"tool_calls": [{"name": "t", "arguments": {"q": "{last_user_message}"}}]}}
+    )
+
+    (call,) = provider.generate(_asked("42")).tool_calls
+
+    assert call.arguments == {"q": "42"}
+
+
 def test_rule_tool_call_ids_follow_the_calls_already_in_the_history() -> None:
     provider = _rules({"respond": {"tool_calls": [{"name": "a"}, {"name": "b"}]}})
 
@@ -427,6 +509,57 @@ def test_a_valid_config_has_no_problems() -> None:
             ],
         ),
         (
+            {
+                "rules": [
+                    {"respond": {"text": "Hi {last_usr_message}, {not_ours} {last_tool_result}"}}
+                ]
+            },
+            [
+                (
+                    "rules[0].respond.text",
+                    "unknown placeholder {last_usr_message}; known: {last_user_message}, "
+                    "{last_tool_result}, {last_user_number}",
+                )
+            ],
+        ),
+        (
+            {
+                "rules": [
+                    {
+                        "respond": {
+                            "tool_calls": [
+                                {
+                                    "name": "t",
+                                    "arguments": {
+                                        "days": "{last_user_numbr}",
+                                        "deep": [{"x": "{last_number} {last_}"}],
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                    {"respond": {"error": "{last_error}"}},
+                ]
+            },
+            [
+                (
+                    "rules[0].respond.tool_calls[0].arguments.days",
+                    "unknown placeholder {last_user_numbr}; known: {last_user_message}, "
+                    "{last_tool_result}, {last_user_number}",
+                ),
+                (
+                    "rules[0].respond.tool_calls[0].arguments.deep[0].x",
+                    "unknown placeholder {last_number}, {last_}; known: {last_user_message}, "
+                    "{last_tool_result}, {last_user_number}",
+                ),
+                (
+                    "rules[1].respond.error",
+                    "unknown placeholder {last_error}; known: {last_user_message}, "
+                    "{last_tool_result}, {last_user_number}",
+                ),
+            ],
+        ),
+        (
             {"rules": [{"respond": {"text": "x"}}], "streaming": {"chunk_size": 0}},
             [("streaming.chunk_size", "must be an integer from 1 to 1000000")],
         ),
@@ -440,3 +573,30 @@ def test_each_config_problem_is_reported_with_its_path(
     config: object, problems: list[tuple[str, str]]
 ) -> None:
     assert check_scripted_config(config) == problems
+
+
+@pytest.mark.django_db
+def test_a_misspelt_placeholder_is_a_400_naming_the_argument(member: APIClient) -> None:
+    model = {
+        "name": "fast",
+        "provider": "scripted",
+        "model_id": "scripted",
+        "config": {
+            "rules": [
+                {
+                    "respond": {
+                        "tool_calls": [
+                            {"name": "packing_list", "arguments": {"days": "{last_user_numbr}"}}
+                        ]
+                    }
+                }
+            ]
+        },
+    }
+
+    response = member.post("/api/v1/models", model, format="json")
+
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert error["field"] == "config.rules[0].respond.tool_calls[0].arguments.days"
+    assert "unknown placeholder {last_user_numbr}" in error["message"]
