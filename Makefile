@@ -11,7 +11,7 @@ UV := UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv
 # command with them, then stops what it started.
 WITH_SERVICES := $(BIN)/python -m config.devservices exec --
 
-.PHONY: help install run test check lint typecheck pytest migrate makemigrations-check \
+.PHONY: help install run dev test check lint typecheck pytest migrate makemigrations-check \
         worker beat web services-up services-down bench clean demo-reset
 
 help: ## List the targets
@@ -28,8 +28,19 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(BIN)/python
 
 install: $(VENV)/.installed ## Create .venv and install the locked dependencies
 
-run: install ## Start everything (services, migrate, demo tenant, web + worker + beat)
+# A shell that forbids bytecode files (PYTHONDONTWRITEBYTECODE) would have the launcher compile
+# its imports at every start: it keeps them under var/pycache, as it has its processes do.
+LAUNCHER := $(if $(PYTHONDONTWRITEBYTECODE),PYTHONDONTWRITEBYTECODE= \
+	PYTHONPYCACHEPREFIX=$${PYTHONPYCACHEPREFIX:-$${PLATFORM_VAR_DIR:-$(CURDIR)/var}/pycache}) \
 	$(BIN)/python -m config.launcher
+
+run: install ## Start everything (services, migrate, demo tenant, web + worker + beat)
+	$(LAUNCHER)
+
+# DEV_BUNDLE=<file> (a variable or in the environment): that bundle is imported into the
+# demo tenant at start and again at each change.
+dev: install ## make run that reloads the web and the worker on code changes (DEV_BUNDLE=<file>: and re-imports it)
+	$(LAUNCHER) --dev $(if $(DEV_BUNDLE),--bundle "$(DEV_BUNDLE)")
 
 test: install ## Lint, type-check and run the whole test suite
 	$(MAKE) --no-print-directory lint typecheck

@@ -20,10 +20,12 @@ MODULES = [
     "bench.budgets",
     "bench.long_threads",
     "bench.idle",
+    "bench.start",
     "bench.peers.suite",
 ]
-# Run only when named: they install another server and take minutes (`make bench peers`).
-ON_REQUEST = {"peers", "peers-quick"}
+# Run only when named: they install another server and take minutes (`make bench peers`), or
+# put a probe package in the repository while they run (`make bench reload`).
+ON_REQUEST = {"peers", "peers-quick", "reload"}
 
 
 def main() -> int:

@@ -1,12 +1,14 @@
 """``make run``: the whole platform in the foreground, on one machine.
 
-Starts (or reuses) PostgreSQL and Redis, migrates, seeds the demo tenant, then
-runs the ASGI server, :data:`WORKERS` Celery workers (threads pool) and celery beat,
+Checks the port first (:func:`port_problem`), starts (or reuses) PostgreSQL and Redis, then
+one management process (:class:`Preparation`: migrate when needed, seed the demo tenant) and,
+once it says the schema is current, beside its seeding, the ASGI server, :data:`WORKERS`
+Celery workers (threads pool) and celery beat,
 restarting any of them that exits and killing a beat whose heartbeat stopped
 (:class:`Supervisor`), each writing to ``var/log/<name>.log``. It prints its banner (the URL,
 the demo API key, what to try) last, once the web answers ``/readyz`` and the workers and
 beat run. Ctrl-C (or SIGTERM) stops the processes, then the embedded servers this run
-started.
+started. ``--dev`` (``make dev``): :func:`dev_commands`.
 
 A worker killed mid-turn leaves its thread locked until the lock expires
 (``THREAD_LOCK_TTL_MS``); the sweeper then hands it to a worker. Two workers, so that one is
@@ -17,6 +19,7 @@ the takeover does not also wait for beat's next sweep (``THREAD_SWEEP_INTERVAL_S
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import shutil
@@ -28,10 +31,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from kombu.exceptions import OperationalError
 
@@ -52,33 +55,83 @@ STABLE_AFTER_S = 15.0
 UVICORN_JSON_LOGS = Path(__file__).with_name("uvicorn_logging.json")
 
 
+# Packages at the repository's root that ``make dev`` does not watch: no process runs them.
+NOT_WATCHED = frozenset({"tests", "bench"})
+
+
 class LaunchError(RuntimeError):
     pass
 
 
-def _manage(args: Sequence[str], environment: dict[str, str], *, capture: bool = False) -> str:
-    completed = subprocess.run(
-        [sys.executable, str(env.REPO_DIR / "manage.py"), *args],
-        env=environment,
-        check=False,
-        capture_output=capture,
-        text=True,
-    )
-    if completed.returncode != 0:
-        detail = (completed.stderr or "").strip()[-2000:] if capture else ""
-        raise LaunchError(f"manage.py {' '.join(args)} failed. {detail}".strip())
-    return completed.stdout if capture else ""
-
-
-def _check_port_free(host: str, port: int) -> None:
+def port_problem(host: str, port: int, *, command: str = "make run") -> str | None:
+    """Why ``make run`` cannot serve on ``host:port`` (one line naming the port and how to
+    choose another); None when the port is free. Checked before anything else starts."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:
-            raise LaunchError(
-                f"{host}:{port} is already in use; stop what holds it or set PORT=<another port>"
-            ) from error
+            return (
+                f"cannot serve on {host}:{port} ({error.strerror}); stop what holds the port "
+                f"or choose another: PORT={_other_port(host, port)} {command}"
+            )
+    return None
+
+
+def _other_port(host: str, port: int) -> int:
+    """A port near ``port`` that is free now, to suggest."""
+    for candidate in range(port + 1, min(port + 100, 65536)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, candidate))
+            except OSError:
+                continue
+            return candidate
+    return port + 1
+
+
+def _check_port_free(host: str, port: int) -> None:
+    problem = port_problem(host, port)
+    if problem is not None:
+        raise LaunchError(problem)
+
+
+class Preparation:
+    """``manage.py prepare --json`` running beside the launcher: :meth:`migrated` returns
+    once the schema is current (what the processes may start on), :meth:`seeded` the demo
+    credentials and the agents line once seeding is done. Its stderr (migrate's progress,
+    any error) is the terminal's."""
+
+    def __init__(self, environment: Mapping[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(env.REPO_DIR / "manage.py"), "prepare", "--json"],
+            env=dict(environment), stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def _next(self) -> dict[str, Any]:
+        """Its next event; any other line it prints is passed on."""
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                event: dict[str, Any] = json.loads(line)
+                return event
+            print(line, end="", flush=True)
+        code = self.process.wait()
+        raise LaunchError(f"manage.py prepare failed (exit code {code}); its error is above")
+
+    def migrated(self) -> list[str]:
+        applied: list[str] = self._next()["migrated"]
+        return applied
+
+    def seeded(self) -> dict[str, Any]:
+        event = self._next()
+        self.process.wait()
+        return {**event["credentials"], "agents": event["agents"]}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait()
 
 
 def web_options() -> list[str]:
@@ -111,6 +164,37 @@ def process_commands(
                  *(["--quiet"] if env.log_format() == "json" else []), "beat", "--loglevel", "INFO",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip
+
+
+def source_dirs() -> list[Path]:
+    """The project's Python source directories, which ``make dev`` watches: each app at the
+    repository's root (a directory with an ``__init__.py``, but not the tests or the
+    benchmarks) and ``platform/``."""
+    root = env.REPO_DIR
+    apps = [path for path in root.iterdir()
+            if (path / "__init__.py").is_file() and path.name not in NOT_WATCHED]  # fmt: skip
+    return sorted([*apps, root / "platform"])
+
+
+def dev_commands(
+    host: str, port: int, *, bundle: Path | None = None, var_dir: Path | None = None
+) -> dict[str, list[str]]:
+    """``make dev``'s processes: ``make run``'s with one worker, and one web process; the web
+    and the worker under :mod:`config.devreload`, which starts them again when a ``.py`` file
+    under :func:`source_dirs` changes; with ``bundle``, a ``bundle`` process importing that
+    file into the demo tenant at each change (``manage.py dev_bundle``)."""
+    python = sys.executable
+    reload = [python, "-m", "config.devreload",
+              *[arg for path in source_dirs() for arg in ("--watch", str(path))], "--"]  # fmt: skip
+    commands = process_commands(host, port, workers=1, var_dir=var_dir)
+    web = commands["web"]
+    at = web.index("--workers")
+    commands["web"] = [*reload, *web[2:at], "--workers", "1", *web[at + 2 :]]
+    commands["worker-1"] = [*reload, *commands["worker-1"][2:]]  # after "python -m"
+    if bundle is not None:
+        commands["bundle"] = [python, str(env.REPO_DIR / "manage.py"), "dev_bundle",
+                              str(bundle)]  # fmt: skip
+    return commands
 
 
 def run_environment(overrides: Mapping[str, str], *, var_dir: Path | None = None) -> dict[str, str]:
@@ -186,6 +270,8 @@ def ready_mark(name: str) -> str | None:
     answers ``/readyz`` instead."""
     if name == "web":
         return None
+    if name == "bundle":
+        return " imported"  # its first import, done or refused ("not imported")
     return "beat: Starting..." if name == "beat" else " ready."
 
 
@@ -226,8 +312,20 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _banner(base_url: str, credentials: dict[str, str], log_dir: Path) -> str:
+def _banner(
+    base_url: str,
+    credentials: dict[str, str],
+    log_dir: Path,
+    *,
+    dev: bool = False,
+    bundle: Path | None = None,
+) -> str:
     key = credentials["api_key"]
+    reloads = [
+        "  Reload:   the web and the worker restart when a .py file of the project changes"
+    ] if dev else []  # fmt: skip
+    if bundle is not None:
+        reloads.append(f"  Bundle:   {bundle} is imported into the demo tenant when it changes")
     return "\n".join(
         [
             "",
@@ -239,6 +337,7 @@ def _banner(base_url: str, credentials: dict[str, str], log_dir: Path) -> str:
             f"  API docs: {base_url}api/docs/",
             f"  Agents:   {credentials['agents']}",
             f"  Logs:     tail -f {log_dir}/*.log",
+            *reloads,
             "  Try:",
             f"    curl -s -X POST {base_url}api/v1/threads -H 'Authorization: Bearer {key}' "
             "-H 'Content-Type: application/json' -d '{\"agent\": \"assistant\"}'",
@@ -277,8 +376,10 @@ class Supervisor:
         log_dir: Path | None = None,
         watchdogs: Mapping[str, Watchdog] | None = None,
         on_exit: Callable[[str], None] | None = None,
+        echo: Collection[str] = (),
     ) -> None:
         self.commands = dict(commands)
+        self.echo = frozenset(echo)  # also copied to our stdout, each line after "<name> | "
         self.log_dir = log_dir  # each process writes to <name>.log there (None: inherited)
         self.environment = dict(environment)
         self.backoff_s = tuple(backoff_s)
@@ -300,14 +401,21 @@ class Supervisor:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             output = (self.log_dir / f"{name}.log").open("ab")
             self._log_offset[name] = output.tell()
+        echoed = output is not None and name in self.echo
         try:
             self.processes[name] = subprocess.Popen(
                 self.commands[name], env=self.environment, start_new_session=True,
-                stdout=output, stderr=subprocess.STDOUT if output is not None else None,
+                stdout=subprocess.PIPE if echoed else output,
+                stderr=subprocess.STDOUT if output is not None else None,
             )  # fmt: skip
         finally:
-            if output is not None:
+            if output is not None and not echoed:
                 output.close()  # the child has its own descriptor
+        if echoed:
+            copy = threading.Thread(
+                target=_echo, args=(name, self.processes[name].stdout, output), daemon=True
+            )
+            copy.start()
         self._started_at[name] = time.monotonic()
 
     def start_all(self) -> None:
@@ -416,15 +524,28 @@ def supervisor_for(
     *,
     log_dir: Path,
     redis_url: str,
+    echo: Collection[str] = (),
 ) -> Supervisor:
     """``make run``'s supervisor of ``commands``: beat's watchdog and the takeover sweeps,
-    both on ``redis_url``."""
+    both on ``redis_url``; the output of those named in ``echo`` also on our stdout."""
     queue, lock_ttl_s = env.celery_queue(), env.thread_lock_ttl_ms() / 1000
     return Supervisor(
-        commands, environment, log_dir=log_dir,
+        commands, environment, log_dir=log_dir, echo=echo,
         watchdogs={"beat": BeatWatchdog(redis_client(redis_url), queue=queue)},
         on_exit=TakeoverSweeps(redis_url, queue=queue, lock_ttl_s=lock_ttl_s),
     )  # fmt: skip
+
+
+def _echo(name: str, source: IO[bytes] | None, log: IO[bytes]) -> None:
+    """Copy a process's output to its log and, each line after ``<name> | ``, to our stdout,
+    until it closes."""
+    assert source is not None
+    with log, source:
+        for line in source:
+            log.write(line)
+            log.flush()
+            sys.stdout.write(f"{name} | {line.decode(errors='replace')}")
+            sys.stdout.flush()
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -452,31 +573,62 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main() -> int:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m config.launcher", description=__doc__)
+    parser.add_argument(
+        "--dev", action="store_true", help="reload the web and the worker when a .py file changes"
+    )
+    parser.add_argument(
+        "--bundle", type=Path, metavar="FILE", help="with --dev: import FILE at each change"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the port, start (or reuse) the services, then ``manage.py prepare`` and, once
+    the schema is current, the processes beside its seeding; the banner once all take work."""
+    options = _arguments(argv)
     # Explicit, because a launcher started in the background inherits an ignored SIGINT.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     host, port = env.web_bind()
     base_url = f"http://{host}:{port}/"
+    bundle = options.bundle.resolve() if options.dev and options.bundle else None
+    problem = port_problem(host, port, command="make dev" if options.dev else "make run")
+    if problem is None and bundle is not None and not bundle.is_file():
+        problem = f"DEV_BUNDLE {bundle} is not a file"
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        return 1
     services = devservices.up()
     supervisor: Supervisor | None = None
+    preparation: Preparation | None = None
     try:
         metrics = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_directory())}
         environment = run_environment({**services.environment(), **metrics})
-        _manage(["migrate", "--noinput"], environment)
-        credentials = json.loads(_manage(["seed_demo", "--json"], environment, capture=True))
-        credentials["agents"] = _manage(["seed_demo_agents"], environment, capture=True).strip()
-        _check_port_free(host, port)
+        preparation = Preparation(environment)
         log_dir = env.var_dir() / "log"
         _logs_rotate(log_dir)
-        supervisor = supervisor_for(
-            process_commands(host, port), environment, log_dir=log_dir,
-            redis_url=services.redis_url,
+        commands = (
+            dev_commands(host, port, bundle=bundle) if options.dev
+            else process_commands(host, port)
         )  # fmt: skip
-        supervisor.start_all()
-        print(f"Starting web, {WORKERS} workers and beat (logs in {log_dir}) …", flush=True)
+        supervisor = supervisor_for(
+            commands, environment, log_dir=log_dir, redis_url=services.redis_url,
+            echo=commands if options.dev else (),
+        )  # fmt: skip
+        preparation.migrated()  # the processes start on the current schema
+        for name in commands:
+            if name != "bundle":
+                supervisor.start(name)
+        workers = sum(name.startswith("worker-") for name in commands)
+        print(f"Starting web, {workers} worker{'s' * (workers > 1)} and beat "
+              f"(logs in {log_dir}) …", flush=True)  # fmt: skip
+        credentials = preparation.seeded()
+        if "bundle" in commands:  # into the demo tenant as seeded
+            supervisor.start("bundle")
         _wait_ready(base_url, supervisor.processes, log_dir)
-        print(_banner(base_url, credentials, log_dir), flush=True)
+        print(_banner(base_url, credentials, log_dir, dev=options.dev, bundle=bundle), flush=True)
         supervisor.run(threading.Event())  # until Ctrl-C
         return 0
     except KeyboardInterrupt:
@@ -486,6 +638,8 @@ def main() -> int:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
     finally:
+        if preparation is not None:
+            preparation.stop()
         if supervisor is not None:
             supervisor.stop()
         if services.started:

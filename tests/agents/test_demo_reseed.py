@@ -50,13 +50,15 @@ def _stored(demo: Tenant) -> Model:
 
 
 def test_two_runs_with_only_openai_base_url_both_start(demo: Tenant, settings: Settings) -> None:
-    line = f"Demo agents: assistant, writing_pair; model: openai gpt-4o-mini at {LOCAL}; "
+    line = (
+        f"Demo agents: assistant, coordinator, writing_pair; model: openai gpt-4o-mini at {LOCAL}; "
+    )
 
     first = _seed(settings, OPENAI_BASE_URL=LOCAL)
     second = _seed(settings, OPENAI_BASE_URL=LOCAL)
 
     spec = model_load(tenant=demo, name="demo_model")
-    assert first == f"{line}9 changed\n"
+    assert first == f"{line}9 created\n"
     assert second == f"{line}0 changed\n"
     assert (spec.model_id, spec.base_url, spec.operator_endpoint) == ("gpt-4o-mini", LOCAL, True)
 
@@ -70,7 +72,7 @@ def test_a_changed_openai_model_updates_the_demo_model_and_says_so(
     again = _seed(settings, OPENAI_BASE_URL=LOCAL, OPENAI_MODEL="local-llm")
 
     assert changed == (
-        f"Demo agents: assistant, writing_pair; model: openai local-llm at {LOCAL} "
+        f"Demo agents: assistant, coordinator, writing_pair; model: openai local-llm at {LOCAL} "
         f"(was openai gpt-4o-mini at {LOCAL}); 1 changed\n"
     )
     assert again.endswith(f"model: openai local-llm at {LOCAL}; 0 changed\n")
@@ -125,9 +127,10 @@ def test_a_demo_model_the_tenant_changed_is_kept_and_the_line_says_how_to_apply_
     _seed(settings, "--reset", OPENAI_BASE_URL=LOCAL, OPENAI_MODEL="local-llm")
 
     assert kept == (
-        f"Demo agents: assistant, writing_pair; model: openai gpt-4o-mini at {LOCAL} (kept as "
-        f"the tenant changed it; the configuration asks for openai local-llm at {LOCAL}: make "
-        "demo-reset applies it); 0 changed; 1 kept as the tenant has them (make demo-reset "
+        "Demo agents: assistant, coordinator, writing_pair; "
+        f"model: openai gpt-4o-mini at {LOCAL} (kept as the tenant changed it; the configuration "
+        f"asks for openai local-llm at {LOCAL}: make demo-reset applies it); 0 changed; 1 kept "
+        "as the tenant has them (make demo-reset "
         "restores them)\n"
     )
     assert model_id_kept == "gpt-4o-mini"

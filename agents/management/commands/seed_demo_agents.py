@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from agents.bundles import bundle_import
+from agents.bundles import ImportReport, bundle_import
 from agents.demo.bundle import (
     PlatformCredentials,
     demo_bundle,
@@ -76,14 +76,22 @@ class Command(BaseCommand):
         configured = _comparable("models", bundle["models"][0])
         assert stored is not None  # the seed writes it when absent
         assert isinstance(configured, ModelDoc)
-        changed = len(report.created) + len(report.updated)
+        names = ", ".join(sorted(entry["name"] for entry in bundle["agents"]))
         self.stdout.write(
-            f"Demo agents: assistant, writing_pair; model: "
+            f"Demo agents: {names}; model: "
             f"{_model_line(stored, before, configured, credentials)}"
-            f"; {changed} changed"
+            f"; {_changes(report)}"
             + (f"; {kept} kept as the tenant has them (make demo-reset restores them)"
                if kept else "")
         )  # fmt: skip
+
+
+def _changes(report: ImportReport) -> str:
+    """What the seed wrote: definitions created (a first run) and changed (a later one)."""
+    created, changed = len(report.created), len(report.updated)
+    if created and changed:
+        return f"{created} created, {changed} changed"
+    return f"{created} created" if created else f"{changed} changed"
 
 
 def _comparable(kind: Kind, entry: dict[str, Any]) -> Strict:
