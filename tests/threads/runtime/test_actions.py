@@ -109,6 +109,30 @@ def test_an_ask_pauses_the_turn_on_an_action_and_nothing_runs_until_it_is_answer
     assert again.reasons == []
 
 
+def test_an_approved_call_runs_though_an_earlier_turn_used_its_call_id(
+    engine: Engine, refunds: list[float]
+) -> None:
+    """A model numbering its calls per request (the scripted one, without past tools) may
+    give a new call an id an earlier turn's call had: the earlier result is not this one's."""
+    thread = _helper(engine, approval=ASK_ABOVE_100)
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 5}, "id": "r"}])
+    engine.script.text("Refunded 5.")
+    engine.send(thread, "refund 5")
+    engine.drive(thread)
+    engine.script.tool_calls([{"name": "refund", "arguments": {"amount": 500}, "id": "r"}])
+    engine.script.text("Refunded 500.")
+    engine.send(thread, "refund 500")
+    engine.drive(thread)
+    action = Action.objects.get(thread=thread)
+
+    action_respond(thread=thread, action_id=action.pk, body={"decision": "approve"})
+    engine.drive(thread)
+
+    assert refunds == [5, 500]
+    tools = [row[2] for row in rows(thread) if row[0] == "tool"]
+    assert tools == ["refunded 5", "refunded 500"]
+
+
 def test_approve_runs_the_call_once_and_the_turn_carries_on(
     engine: Engine, refunds: list[float], wakes: list[str]
 ) -> None:

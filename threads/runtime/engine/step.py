@@ -95,11 +95,13 @@ def step_resume(flow: Flow, acting: Side, side: SideConfig, action: Action) -> S
     if issuer is None:
         return StepOutcome(content="", calls=(), outcomes=[])
     calls = tuple(stored_tool_calls(issuer.tool_calls))
+    # The issuer's results follow it: a call id an earlier answer used (a model may number
+    # its calls per request) is another call's.
     answered = {
         row.tool_call_id: row
         for row in Message.objects.filter(
             thread_id=flow.thread.pk, role=MessageRole.TOOL, parent__isnull=True,
-            tool_call_id__in=[call.id for call in calls],
+            tool_call_id__in=[call.id for call in calls], seq__gt=issuer.seq,
         )
     }  # fmt: skip
     with flow.outbox.step(execution.step_count):
