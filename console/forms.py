@@ -20,6 +20,8 @@ class ThreadFilterForm(forms.Form):
                         help_text="thread id, agent, user id or tag")  # fmt: skip
     status = forms.ChoiceField(label="Status", required=False)
     agent = forms.ChoiceField(label="Agent", required=False)
+    # Off: top-level threads only, each with its subagents' threads nested under it.
+    flat = forms.BooleanField(label="Subagent threads as rows of their own", required=False)
 
     def __init__(self, *args: Any, agents: Sequence[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

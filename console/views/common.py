@@ -22,9 +22,13 @@ from common.api import error_body
 from common.errors import DomainError, NotFound
 from console.scope import console_of
 from tenancy.models import Tenant
-from threads.models import Thread
-from threads.services.threads import thread_get
+from threads.models import RunStatus, Thread
+from threads.services.threads import thread_get, thread_titles, threads_started
 from threads.services.turns import read_status
+
+# The status the console shows for a thread no turn was ever submitted to (its stored one is
+# the initial ``completed``, which is no outcome).
+NEW = "new"
 
 # The path of a thread's console pages, under /console/.
 THREAD = "threads/<uuid:thread_id>/"
@@ -35,6 +39,13 @@ def page(
 ) -> HttpResponse:
     """Render a console page with ``console`` (the membership it acts through)."""
     return render(request, template, {"console": console_of(request), **context}, status=status)
+
+
+def shown_status(thread: Thread, *, started: bool) -> str:
+    """The status the console shows: the read model's, or :data:`NEW` for a thread that
+    never ran."""
+    status = read_status(thread)
+    return NEW if not started and status == RunStatus.COMPLETED else status
 
 
 def tenant_thread(tenant: Tenant, thread_id: uuid.UUID) -> Thread:
@@ -95,9 +106,11 @@ def thread_page(
         {"url": reverse(name, args=[thread.pk]), "label": label, "current": name == panel}
         for name, label in THREAD_PANELS
     ]
+    shown = shown_status(thread, started=bool(threads_started(threads=[thread])))
+    title = thread_titles(threads=[thread]).get(thread.pk, "")
     return page(
         request, template,
-        {"thread": thread, "status": read_status(thread), "tabs": tabs, **context}, status,
+        {"thread": thread, "status": shown, "title": title, "tabs": tabs, **context}, status,
     )  # fmt: skip
 
 

@@ -28,18 +28,19 @@ from common.errors import Conflict, NotFound
 from common.pagination import MAX_OFFSET
 from common.time import from_us
 from console.scope import console_of, console_view
-from console.views.common import THREAD, answer, tenant_thread, thread_page
+from console.views.common import THREAD, answer, shown_status, tenant_thread, thread_page
 from tenancy.auditing import audit_by
 from threads.api.schedules import schedule_audit
 from threads.events import EventType
-from threads.models import EffectStatus, Log, Schedule, SubagentLink, Thread
+from threads.models import EffectStatus, Log, RunStatus, Schedule, SubagentLink, Thread
 from threads.runtime.records import TurnUsage
 from threads.runtime.schedules import schedule_delete, schedule_json, schedule_pause
 from threads.services.effects import effect_cancel, effect_get, effects_json, effects_of
 from threads.services.events import event_envelopes
 from threads.services.logs import log_rows
 from threads.services.subagents import children_of
-from threads.services.turns import read_status, turn_list
+from threads.services.threads import threads_started
+from threads.services.turns import turn_list
 
 LOGS_PER_PAGE = 50
 EVENTS_PER_PAGE = 50
@@ -373,13 +374,40 @@ def schedule_delete_view(
 # Subagents ----------------------------------------------------------------------------------
 
 
+# What a registry entry's status says that the child's own status says better (runtime §10);
+# any other text is the child's own, set by ``set_status`` or a session-status binding.
+REGISTRY_STATUSES = frozenset({"running", "idle", "failed", "awaiting_human", "terminated"})
+# The statuses a closed child keeps: its work ended so before it was closed.
+ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED})
+
+
 @dataclass
 class SubagentNode:
-    """A child thread in the tree: its registry entry, its read status and its own children."""
+    """A child thread in the tree: its registry entry, the one state it is shown in, the
+    status text it set itself (if any), whether it is closed, and its own children."""
 
     link: SubagentLink
-    status: str
+    state: str
+    note: str
+    closed: bool
     children: list[SubagentNode] = field(default_factory=list)
+
+
+def _subagent_node(link: SubagentLink, children: list[SubagentNode]) -> SubagentNode:
+    """One state per child: its thread's status (``new`` when it never ran); a closed child
+    whose work had not completed or failed is ``terminated``. A non-resumable child is
+    closed once its session ends, so ``completed`` and closed is the ordinary end."""
+    child = link.child
+    state = shown_status(child, started=bool(threads_started(threads=[child])))
+    closed = (
+        link.terminated_at is not None
+        or child.terminated_at is not None
+        or link.status == "terminated"
+    )
+    if closed and state not in ENDED:
+        state = "terminated"
+    note = "" if link.status in REGISTRY_STATUSES else link.status
+    return SubagentNode(link, state, note, closed, children)
 
 
 def _subagent_tree(thread: Thread, seen: set[uuid.UUID]) -> list[SubagentNode]:
@@ -390,8 +418,7 @@ def _subagent_tree(thread: Thread, seen: set[uuid.UUID]) -> list[SubagentNode]:
         if link.child_id in seen or len(seen) >= MAX_SUBAGENTS:
             continue
         seen.add(link.child_id)
-        child = link.child
-        nodes.append(SubagentNode(link, read_status(child), _subagent_tree(child, seen)))
+        nodes.append(_subagent_node(link, _subagent_tree(link.child, seen)))
     return nodes
 
 

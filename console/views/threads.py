@@ -13,26 +13,34 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents.graph import GraphVariable, agent_graph_variables
-from agents.selectors import agent_names
+from agents.selectors import agent_load, agent_names
 from common.audit import AuditAction
 from common.errors import DomainError, NotFound, ValidationFailed
 from common.parsing import json_parse
 from common.time import from_us
 from console.forms import ENV_PREFIX, MessageForm, ThreadFilterForm, ThreadNewForm
 from console.scope import SESSION_TENANT, Console, console_of, console_view
-from console.views.common import THREAD, answer, page, tenant_thread, thread_page
+from console.views.common import (
+    THREAD,
+    answer,
+    page,
+    shown_status,
+    tenant_thread,
+    thread_page,
+)
 from tenancy.auditing import audit_by
 from tenancy.models import Tenant
 from tenancy.selectors import membership_list
 from tenancy.services import ws_ticket_issue
 from threads.api.base import turn_submitted_audit
-from threads.models import Thread, TurnSource
+from threads.models import RunStatus, Thread, Turn, TurnSource
 from threads.runtime.bootstrap import variable_request_complete
 from threads.runtime.lifecycle import thread_open
 from threads.services.actions import ActionResolved, action_respond
@@ -40,11 +48,12 @@ from threads.services.control import thread_stop, turn_cancel
 from threads.services.env import EnvInput
 from threads.services.inbox import message_queue
 from threads.services.spending import work_admit
-from threads.services.threads import thread_list
-from threads.services.turns import read_status, turn_get
+from threads.services.threads import thread_list, thread_titles, threads_started
+from threads.services.turns import turn_get
 from threads.services.variable_requests import pending_variable_requests
 
 THREADS_PER_PAGE = 50
+NESTED_PER_PAGE = 500  # subagents' threads nested under one page of threads
 
 
 # Tenants -------------------------------------------------------------------------------------
@@ -75,27 +84,72 @@ def tenant_choose(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_view()
 def threads_page(request: HttpRequest) -> HttpResponse:
+    """The tenant's threads, newest first, each with its title; the subagents' threads are
+    nested under their parent's row, or listed as rows of their own (``flat``)."""
     console = console_of(request)
     tenant = console.principal.tenant
     agents = agent_names(tenant=tenant)
     filters = ThreadFilterForm(request.GET, agents=agents)
     rows: Any = Thread.objects.none()
+    flat = False
     if filters.is_valid():
         data = filters.cleaned_data
+        flat = data["flat"]
         rows = thread_list(
             tenant=tenant, agent=data["agent"] or None, status=data["status"] or None,
             search=data["q"] or None,
         )  # fmt: skip
+        if data["status"] == RunStatus.COMPLETED:  # a thread that never ran completed nothing
+            rows = rows.filter(Exists(Turn.objects.filter(thread_id=OuterRef("pk"))))
+        if not flat:
+            rows = rows.filter(parent__isnull=True)
     listing = Paginator(rows, THREADS_PER_PAGE).get_page(request.GET.get("page"))
+    shown = list(listing)
+    if not flat:
+        shown = _nested(tenant, shown)
+    titles, started = thread_titles(threads=shown), threads_started(threads=shown)
     threads = [
-        {"thread": row, "status": read_status(row), "last_activity": from_us(row.updated_at)}
-        for row in listing
-    ]
+        {"thread": row, "title": titles.get(row.pk, ""),
+         "status": shown_status(row, started=row.pk in started),
+         "depth": depth, "last_activity": from_us(row.updated_at)}
+        for row, depth in (_depths(shown) if not flat else [(row, 0) for row in shown])
+    ]  # fmt: skip
     return page(
         request, "console/thread_list.html",
         {"filters": filters, "threads": threads, "page": listing, "nav": "threads",
          "live": {"ticket": reverse("console:tenant-ws-ticket"), "socket": "/ws/events/"}},
     )  # fmt: skip
+
+
+def _nested(tenant: Tenant, tops: list[Thread]) -> list[Thread]:
+    """``tops``, each followed by its subagents' threads (oldest first, each under its
+    parent; at most :data:`NESTED_PER_PAGE` of them for the page)."""
+    found = (
+        Thread.objects.for_tenant(tenant)
+        .filter(root_id__in=[top.pk for top in tops])
+        .order_by("created_at", "id")[:NESTED_PER_PAGE]
+    )
+    children: dict[uuid.UUID | None, list[Thread]] = {}
+    for child in found:
+        children.setdefault(child.parent_id, []).append(child)
+    ordered: list[Thread] = []
+
+    def visit(thread: Thread) -> None:
+        ordered.append(thread)
+        for child in children.get(thread.pk, []):
+            visit(child)
+
+    for top in tops:
+        visit(top)
+    return ordered
+
+
+def _depths(threads: list[Thread]) -> list[tuple[Thread, int]]:
+    """Each thread with its depth under the nearest listed ancestor (0: none listed)."""
+    depth: dict[uuid.UUID, int] = {}
+    for thread in threads:
+        depth[thread.pk] = depth[thread.parent_id] + 1 if thread.parent_id in depth else 0
+    return [(thread, depth[thread.pk]) for thread in threads]
 
 
 def _required_variables(tenant: Tenant, agent: str) -> list[GraphVariable]:
@@ -154,8 +208,25 @@ def thread_detail(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     return thread_page(
         request, "console/thread_detail.html", thread, "console:thread",
         {"urls": urls, "form": MessageForm(), "can_write": console.can_write,
-         "variable_requests": _variable_requests(thread)},
+         "sides": _side_labels(thread), "variable_requests": _variable_requests(thread)},
     )  # fmt: skip
+
+
+def _side_labels(thread: Thread) -> dict[str, str]:
+    """What the chat calls each side's messages: the agent's ``label`` of the side; a
+    ``dual_ai`` side without one is ``Side A``/``Side B`` (both sides are models, so neither
+    is the user). Empty for a side named by its role."""
+    try:
+        agent = agent_load(tenant=thread.tenant, name=thread.agent_name)
+    except NotFound:  # the agent was deleted since: the roles name the messages
+        return {}
+    labels: dict[str, str] = {}
+    for side, config in (("a", agent.side_a), ("b", agent.side_b)):
+        if config is not None and config.label:
+            labels[side] = config.label
+        elif config is not None and agent.type == "dual_ai":
+            labels[side] = f"Side {side.upper()}"
+    return labels
 
 
 # Writes on a thread --------------------------------------------------------------------------

@@ -23,21 +23,37 @@ from threads.api.run_outputs import (
 )
 from threads.events import session_id_of
 from threads.models import EnvType, RunStatus, Thread
+from threads.models.threads import TITLE_MAX
 from threads.runtime.lifecycle import thread_open_counted
 from threads.services.env import EnvInput
 from threads.services.threads import (
     thread_counts,
     thread_delete,
     thread_list,
+    thread_titles,
     thread_update,
+    threads_started,
 )
 from threads.services.turns import read_status, thread_read_model
 
 
-def thread_json(thread: Thread, *, counts: dict[str, int] | None = None) -> dict[str, Any]:
-    """A thread; ``status`` is the read model's (see ``read_status``)."""
+def thread_json(
+    thread: Thread,
+    *,
+    counts: dict[str, int] | None = None,
+    title: str | None = None,
+    started: bool | None = None,
+) -> dict[str, Any]:
+    """A thread; ``status`` is the read model's (see ``read_status``). ``title`` and
+    ``started`` are read for it unless given (a list reads them for its page at once)."""
+    if title is None:
+        title = thread_titles(threads=[thread]).get(thread.pk)
+    if started is None:
+        started = bool(threads_started(threads=[thread]))
     body: dict[str, Any] = {
         "id": str(thread.id),
+        "title": title or None,
+        "title_set": bool(thread.title),
         "agent": thread.agent_name,
         "origin_agent": thread.origin_agent_name,
         "user_id": thread.user_id or None,
@@ -48,6 +64,7 @@ def thread_json(thread: Thread, *, counts: dict[str, int] | None = None) -> dict
         "tags": thread.tags,
         "metadata": thread.metadata,
         "status": read_status(thread),
+        "started": started,
         "created_at": thread.created_at,
         "updated_at": thread.updated_at,
         "last_activity_at": thread.last_activity_at,
@@ -85,15 +102,32 @@ class EnvField(StrictMapField):
         return parsed
 
 
+class TitleField(serializers.CharField):
+    """A thread's title: a string (a number or a list is refused, not converted), at most
+    ``TITLE_MAX`` characters; blank leaves it to be derived."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=TITLE_MAX, required=False, allow_blank=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string")
+        return super().to_internal_value(data)
+
+
 class ThreadCreateInput(StrictInput):
     agent = serializers.CharField(max_length=64)
     user_id = serializers.CharField(max_length=200, required=False, default="")
+    title = TitleField(
+        help_text="shown in lists; left out, the first line of its first user message"
+    )
     tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     metadata = serializers.DictField(required=False)
     env = EnvField(required=False, help_text="values are write-only")
 
 
 class ThreadUpdateInput(StrictInput):
+    title = TitleField(help_text="blank: the title is derived from the first user message again")
     tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     metadata = serializers.DictField(required=False)
 
@@ -120,6 +154,14 @@ class ThreadSerializer(serializers.Serializer[Any]):
     """A thread: one durable conversation of an agent."""
 
     id = serializers.UUIDField()
+    title = serializers.CharField(
+        allow_null=True,
+        help_text="the title it was given, else the first line of its first user message "
+        "(null when it has neither)",
+    )
+    title_set = serializers.BooleanField(
+        help_text="whether `title` was given (false: derived from the first user message)"
+    )
     agent = serializers.CharField(help_text="the agent it runs now (a handoff changes it)")
     origin_agent = serializers.CharField(help_text="the agent it was created with")
     user_id = serializers.CharField(allow_null=True)
@@ -134,6 +176,10 @@ class ThreadSerializer(serializers.Serializer[Any]):
     tags = serializers.ListField(child=serializers.CharField())
     metadata = serializers.DictField()
     status = serializers.ChoiceField(choices=RunStatus.choices)
+    started = serializers.BooleanField(
+        help_text="whether a turn was ever submitted to it; false for a thread that never ran, "
+        "whose `status` is then the initial `completed` (not an outcome)"
+    )
     created_at = microseconds("when it was created")
     updated_at = microseconds("when it last changed")
     last_activity_at = microseconds("when it last stored a message")
@@ -234,7 +280,13 @@ class ThreadViewSet(TenantScopedViewSet):
         rows = thread_list(tenant=self.principal.tenant, **query.validated_data)
         page = self.paginate_queryset(rows)
         assert page is not None
-        return self.get_paginated_response([thread_json(row) for row in page])
+        titles, started = thread_titles(threads=page), threads_started(threads=page)
+        return self.get_paginated_response(
+            [
+                thread_json(row, title=titles.get(row.pk, ""), started=row.pk in started)
+                for row in page
+            ]
+        )
 
     @extend_schema(
         summary="Create a thread", request=ThreadCreateInput, parameters=[IDEMPOTENCY_KEY],
@@ -252,6 +304,7 @@ class ThreadViewSet(TenantScopedViewSet):
                 tenant=self.principal.tenant,
                 agent_name=data["agent"],
                 user_id=data.get("user_id", ""),
+                title=data.get("title", ""),
                 tags=data.get("tags", []),
                 metadata=data.get("metadata"),
                 env=data.get("env"),
@@ -275,7 +328,7 @@ class ThreadViewSet(TenantScopedViewSet):
         return Response(body)
 
     @extend_schema(
-        summary="Change a thread's tags or metadata", request=ThreadUpdateInput,
+        summary="Change a thread's title, tags or metadata", request=ThreadUpdateInput,
         responses=ThreadSerializer, operation_id="threads_partial_update",
     )  # fmt: skip
     def partial_update(self, request: Request, pk: str) -> Response:

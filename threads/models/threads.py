@@ -10,12 +10,16 @@ from common.time import now_us
 from tenancy.models import TenantOwned
 from threads.models.statuses import RunStatus
 
+TITLE_MAX = 200  # characters of a thread's title
+
 
 class Thread(TenantOwned):
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     agent_name = models.CharField(max_length=64)  # the current agent (changes on handoff)
     origin_agent_name = models.CharField(max_length=64)  # never changes
     user_id = models.CharField(max_length=200, blank=True)
+    # Set over the API; blank: lists show one derived from its first user message.
+    title = models.CharField(max_length=TITLE_MAX, blank=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
     )

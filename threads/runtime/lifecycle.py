@@ -26,6 +26,7 @@ class OpenOptions(TypedDict, total=False):
     """What a new thread may be given besides its agent (see :func:`thread_create`)."""
 
     user_id: str
+    title: str
     tags: Sequence[str]
     metadata: Mapping[str, Any] | None
     env: Mapping[str, EnvInput] | None

@@ -18,13 +18,16 @@ from common.rows import columns_of
 from common.time import now_us, to_us
 from tenancy.models import Tenant
 from threads.events import publish
-from threads.models import RunStatus, Thread
+from threads.models import Message, MessageRole, RunStatus, Thread, Turn
+from threads.models.threads import TITLE_MAX
 from threads.services.env import EnvInput, thread_env_set
 from threads.services.files import file_delete_all
 from threads.services.turns import threads_in_status
 
 MAX_TAGS = 50
 MAX_TAG_CHARS = 100
+# A title derived from a thread's first user message: its first line, at most this long.
+DERIVED_TITLE_CHARS = 80
 
 
 def thread_get(*, tenant: Tenant, thread_id: uuid.UUID | str) -> Thread:
@@ -62,12 +65,60 @@ def _tags(tags: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(tags))
 
 
+def _title(title: str) -> str:
+    if not isinstance(title, str):
+        raise ValidationFailed("title must be a string", field="title")
+    title = " ".join(title.split())
+    if len(title) > TITLE_MAX:
+        raise ValidationFailed(f"title must be at most {TITLE_MAX} characters", field="title")
+    return title
+
+
+def thread_titles(*, threads: Sequence[Thread]) -> dict[uuid.UUID, str]:
+    """Each thread's title: the one it was given, else the first line of its first top-level
+    user message (cut at :data:`DERIVED_TITLE_CHARS`), else none (left out). One query for
+    the threads without a title of their own."""
+    titles = {thread.pk: thread.title for thread in threads if thread.title}
+    untitled = [thread.pk for thread in threads if not thread.title]
+    if untitled:
+        firsts = (
+            Message.objects.filter(
+                thread_id__in=untitled, role=MessageRole.USER, depth=0, silent=False
+            )
+            .exclude(content__isnull=True)
+            .exclude(content="")
+            .order_by("thread_id", "seq")
+            .distinct("thread_id")
+            .values_list("thread_id", "content")
+        )
+        for thread_id, content in firsts:
+            lines = (content or "").splitlines()
+            line = next((part.strip() for part in lines if part.strip()), "")
+            if len(line) > DERIVED_TITLE_CHARS:
+                line = line[: DERIVED_TITLE_CHARS - 1].rstrip() + "…"
+            if line:
+                titles[thread_id] = line
+    return titles
+
+
+def threads_started(*, threads: Sequence[Thread]) -> set[uuid.UUID]:
+    """The threads among ``threads`` a turn was ever submitted to (one query). A thread
+    outside it never ran: its stored status is the initial ``completed``, which is not an
+    outcome."""
+    ids = [thread.pk for thread in threads]
+    if not ids:
+        return set()
+    found = Turn.objects.filter(thread_id__in=ids).order_by().values_list("thread_id", flat=True)
+    return set(found.distinct())
+
+
 @transaction.atomic(savepoint=False)  # a failure rolls back the caller's block: no savepoint needed
 def thread_create(
     *,
     tenant: Tenant,
     agent_name: str,
     user_id: str = "",
+    title: str = "",
     tags: Sequence[str] = (),
     metadata: Mapping[str, Any] | None = None,
     env: Mapping[str, EnvInput] | None = None,
@@ -92,6 +143,7 @@ def thread_create(
         agent_name=agent_name,
         origin_agent_name=agent_name,
         user_id=user_id,
+        title=_title(title),
         tags=_tags(tags),
         metadata=dict(metadata or {}),
         parent=parent,
@@ -117,8 +169,8 @@ def thread_list(
     search: str | None = None,
 ) -> QuerySet[Thread]:
     """The tenant's threads, newest first (ties by id, so pages by keyset are stable).
-    ``search`` matches a thread id, or part of its agent's name or user id, or one of its
-    tags exactly.
+    ``search`` matches a thread id, or part of its title (the one it was given), agent's
+    name or user id, or one of its tags exactly.
 
     ``status`` is the read model's, applied after the other filters: a status only a read
     can know is looked for among the newest candidates that pass them
@@ -146,7 +198,12 @@ def thread_list(
 
 
 def _matching(text: str) -> Q:
-    found = Q(agent_name__icontains=text) | Q(user_id__icontains=text) | Q(tags__contains=[text])
+    found = (
+        Q(title__icontains=text)
+        | Q(agent_name__icontains=text)
+        | Q(user_id__icontains=text)
+        | Q(tags__contains=[text])
+    )
     try:
         return found | Q(id=id_of(text))
     except ValueError:
@@ -176,9 +233,15 @@ def thread_counts(*, thread: Thread) -> dict[str, int]:
 
 @transaction.atomic
 def thread_update(
-    *, thread: Thread, tags: Sequence[str] | None = None, metadata: Mapping[str, Any] | None = None
+    *,
+    thread: Thread,
+    title: str | None = None,
+    tags: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Thread:
-    """Replace tags and/or metadata."""
+    """Replace the title (blank: derived again), tags and/or metadata."""
+    if title is not None:
+        thread.title = _title(title)
     if tags is not None:
         thread.tags = _tags(tags)
     if metadata is not None:
@@ -186,8 +249,10 @@ def thread_update(
             raise ValidationFailed("metadata must be an object", field="metadata")
         thread.metadata = dict(metadata)
     thread.updated_at = now_us()
-    thread.save(update_fields=["tags", "metadata", "updated_at"])
-    publish(thread, "thread.updated", {"id": str(thread.id), "fields": ["tags", "metadata"]})
+    thread.save(update_fields=["title", "tags", "metadata", "updated_at"])
+    changed = [name for name, value in (("title", title), ("tags", tags),
+                                        ("metadata", metadata)) if value is not None]  # fmt: skip
+    publish(thread, "thread.updated", {"id": str(thread.id), "fields": changed})
     return thread
 
 

@@ -8,6 +8,9 @@
   const root = document.getElementById("thread");
   if (!root) return;
   const urls = JSON.parse(document.getElementById("thread-urls").textContent);
+  // The agent's label of each side ("a", "b"): a dual_ai agent's sides are both models, so
+  // a side's messages are named by its label, not by the role they are stored with.
+  const sides = JSON.parse(document.getElementById("thread-sides").textContent);
   const canWrite = root.dataset.canWrite === "true";
   const ZERO = "00000000-0000-0000-0000-000000000000";
   const ACTIVE = new Set(["queued", "running", "retrying", "streaming", "waiting_permission",
@@ -61,16 +64,37 @@
 
   // Messages -----------------------------------------------------------------------------
 
-  function messageItem(id, role) {
+  function messageItem(id, role, side) {
     let item = document.getElementById("message-" + id);
     if (!item) {
-      item = el("li", { id: "message-" + id, className: "message role-" + role, "data-role": role },
-        el("p", { className: "who", text: role }),
+      item = el("li", { id: "message-" + id, className: "message role-" + role, "data-role": role,
+        "data-side": side || null },
+        el("p", { className: "who", text: (side && sides[side]) || role }),
         el("div", { className: "content" }),
         el("div", { className: "tools" }));
       messagesList.append(item);
     }
     return item;
+  }
+
+  // A stored answer cut short: a stop interrupted it (its text is what was streamed), or
+  // its model call failed after streaming part of it.
+  function showEnding(item, message) {
+    let note = item.querySelector(".note");
+    const metadata = message.metadata || {};
+    const text = message.status !== "failed" ? ""
+      : metadata.interrupted ? "Interrupted: the answer was stopped here."
+      : "Failed" + (metadata.error ? ": " + metadata.error : ".");
+    item.dataset.interrupted = metadata.interrupted && message.status === "failed" ? "true" : "false";
+    if (!text) {
+      if (note) note.remove();
+      return;
+    }
+    if (!note) {
+      note = el("p", { className: "note" });
+      item.querySelector(".content").after(note);
+    }
+    note.textContent = text;
   }
 
   function showMessage(message) {
@@ -80,11 +104,12 @@
       call.querySelector(".result").textContent = pretty(message.content || "");
       return;
     }
-    const item = messageItem(message.id, message.role);
+    const item = messageItem(message.id, message.role, message.side);
     item.dataset.status = message.status || "";
     item.setAttribute("aria-busy", message.status === "pending" ? "true" : "false");
     const content = item.querySelector(".content");
     if (message.content || message.status !== "pending") content.textContent = message.content || "";
+    showEnding(item, message);
     for (const call of toolCalls(message.tool_calls)) {
       const fn = call.function || call;
       const details = toolCall(call.id, fn.name, item);

@@ -155,8 +155,9 @@ def model_call(
 ) -> tuple[Message, ProviderResponse]:
     """A pending row, the model call (retries, fallbacks, streaming), then the row filled.
 
-    Raises FlowAborted (the pending row is deleted) or StepFailed (the error logged; the row
-    is deleted, or marked failed with the text streamed before the failure).
+    Raises FlowAborted (the pending row is deleted, or kept ``failed`` and marked
+    ``interrupted`` with the text streamed before the abort) or StepFailed (the error logged;
+    the row is deleted, or marked failed with the text streamed before the failure).
     """
     spec = flow.defs.model(prompt.model)
     request = ProviderRequest(
@@ -232,7 +233,7 @@ def _called(
         aborted = ProviderError("the call was aborted by a stop, cancel or terminate")
         with flow.outbox.batch():
             model_log(flow, prompt, spec, timer, None, error=aborted, aborted=True)
-            _discard(flow, pending)
+            _cut_short(flow, pending, streamed)
         raise FlowAborted from None
     except ProviderError as error:
         # The error stays in the call's log, the step's system message and runtime.error;
@@ -249,7 +250,7 @@ def _called(
                 _discard(flow, pending)
         raise StepFailed(error) from error
     _retrying(flow, False)
-    _checkpoint(flow, pending)
+    _checkpoint(flow, pending, streamed)
     response = result.response
     record.responded(result.spec, response)
     if result.spec.name != spec.name:
@@ -334,12 +335,30 @@ def _retrying(flow: Flow, retrying: bool = True) -> None:
     )  # fmt: skip
 
 
-def _checkpoint(flow: Flow, pending: Message | None = None) -> None:
-    """Raise FlowAborted (deleting ``pending``) when the abort signal fired."""
+def _checkpoint(
+    flow: Flow, pending: Message | None = None, streamed: _Streamed | None = None
+) -> None:
+    """Raise FlowAborted when the abort signal fired; ``pending`` is cut short
+    (:func:`_cut_short`)."""
     if flow.aborted:
         if pending is not None:
-            _discard(flow, pending)
+            _cut_short(flow, pending, streamed)
         raise FlowAborted
+
+
+def _cut_short(flow: Flow, pending: Message, streamed: _Streamed | None) -> None:
+    """An aborted call's row: the text already streamed stays, as it was shown (spec: an
+    abort stops the stream, what was yielded remains valid), on a ``failed`` row marked
+    ``interrupted``; a row nothing was streamed to is deleted."""
+    if streamed is None or not streamed.text:
+        _discard(flow, pending)
+        return
+    message_finish(
+        message=pending, fence=flow.fence, outbox=flow.outbox, content=streamed.text,
+        status=MessageStatus.FAILED,
+        metadata={"interrupted": True, "error": "interrupted by a stop, cancel or terminate",
+                  "error_code": "aborted"},
+    )  # fmt: skip
 
 
 def _discard(flow: Flow, pending: Message) -> None:
