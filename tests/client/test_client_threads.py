@@ -22,6 +22,7 @@ MISSING_ID = "01a2b3c4-0000-7000-8000-000000000000"
 def test_a_thread_is_created_read_updated_and_deleted(client: Client, chat: str) -> None:
     thread = client.threads.create(chat, user_id="ana", tags=["a"], metadata={"k": 1})
     assert (thread["agent"], thread["user_id"], thread["tags"]) == (chat, "ana", ["a"])
+    assert (thread["title"], thread["title_set"]) == (None, False)
     assert thread["counts"] == {"messages": 0, "logs": 0, "files": 0, "children": 0}
 
     read = client.threads.get(thread["id"])
@@ -33,6 +34,8 @@ def test_a_thread_is_created_read_updated_and_deleted(client: Client, chat: str)
 
     updated = client.threads.update(thread["id"], tags=["b", "c"], metadata={"k": 2})
     assert (updated["tags"], updated["metadata"]) == (["b", "c"], {"k": 2})
+    titled = client.threads.update(thread["id"], title="Refunds")
+    assert (titled["title"], titled["title_set"], titled["started"]) == ("Refunds", True, False)
 
     assert client.threads.delete(thread["id"]) == {"deleted_threads": 1}
     with pytest.raises(NotFound) as missing:

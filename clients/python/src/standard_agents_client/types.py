@@ -88,6 +88,9 @@ class Thread(TypedDict):
     id: str
     agent: str
     origin_agent: str
+    title: str | None
+    title_set: bool
+    started: bool
     user_id: str | None
     parent_id: str | None
     session_id: str

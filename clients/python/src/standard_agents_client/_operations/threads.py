@@ -58,6 +58,7 @@ def attachment(
 def thread_create(
     agent: str,
     *,
+    title: str | None = None,
     user_id: str | None = None,
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -66,9 +67,10 @@ def thread_create(
 ) -> Call[Thread]:
     """Create a thread of ``agent``. ``env`` values are write-only; every variable the
     agent's graph requires must resolve (else a ``ValidationError`` naming each). A repeat
-    with the same ``idempotency_key`` answers the first thread instead of a second."""
+    with the same ``idempotency_key`` answers the first thread instead of a second.
+    Without a ``title`` the thread reads as its first user message's first line."""
     payload = body(
-        agent=agent, user_id=user_id, tags=list(tags) if tags is not None else None,
+        agent=agent, title=title, user_id=user_id, tags=list(tags) if tags is not None else None,
         metadata=metadata, env=env,
     )  # fmt: skip
     return Call("POST", "/threads", read_json, json=payload, headers=idempotency(idempotency_key))
@@ -103,11 +105,12 @@ def thread_list(
 def thread_update(
     thread_id: str,
     *,
+    title: str | None = None,
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> Call[Thread]:
-    """Replace the thread's tags and/or metadata."""
-    payload = body(tags=list(tags) if tags is not None else None, metadata=metadata)
+    """Replace the thread's title (``""`` clears it), tags and/or metadata."""
+    payload = body(title=title, tags=list(tags) if tags is not None else None, metadata=metadata)
     return Call("PATCH", f"/threads/{segment(thread_id)}", read_json, json=payload)
 
 
