@@ -10,12 +10,10 @@ inside a transaction, and pytest-django runs every other test inside one."""
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings
 
@@ -26,6 +24,16 @@ from connectors.transport import RemoteUnavailable
 from tenancy.models import Tenant
 from tests.connectors.a2a_peer import TOKEN, Peer, a2a_peer
 from tests.console.conftest import Team, client_of, team_make
+from tests.console.connection_pages import (
+    AUTH_FIELDS,
+    connection_form,
+    dead_url,
+    field_html,
+    flash,
+    html_of,
+    main_of,
+    row_html,
+)
 from tests.factories import make_tenant
 
 LIST = reverse("console:a2a-agents")
@@ -36,8 +44,6 @@ CLIENT_SECRET = "sentinel-a2a-client-secret-1f7b44"
 HEADER_AUTH = {"type": "header", "header_name": "X-Api-Key", "header_value": HEADER_SECRET}
 OAUTH = {"type": "oauth_client_credentials", "client_id": "platform",
          "client_secret": CLIENT_SECRET, "token_url": "https://auth.example.com/t"}  # fmt: skip
-AUTH_FIELDS = ["auth_token", "auth_header_name", "auth_header_value", "auth_client_id",
-               "auth_token_url", "auth_scopes", "auth_client_secret"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +57,6 @@ def team(db: None) -> Team:
     return team_make()
 
 
-def _dead_url() -> str:
-    """A loopback URL nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/"
-
-
 def _store(tenant: Tenant, name: str, url: str = EXAMPLE, **fields: Any) -> A2aAgent:
     return a2a_agent_save(tenant=tenant, data={"name": name, "url": url, **fields})
 
@@ -68,46 +66,12 @@ def _translator(tenant: Tenant, peer: Peer, token: str = TOKEN, **fields: Any) -
                   **fields)  # fmt: skip
 
 
+def _form(**fields: Any) -> dict[str, Any]:
+    return connection_form("card_ttl_s", **fields)
+
+
 def _agent_url(view: str, name: str) -> str:
     return reverse(f"console:{view}", args=[name])
-
-
-def _form(**fields: Any) -> dict[str, Any]:
-    """The add/edit form as a browser posts it: every field, blank unless given."""
-    body: dict[str, Any] = {"name": "", "url": "", "description": "", "card_ttl_s": "",
-                            "call_timeout_s": "", "auth_type": "none"}  # fmt: skip
-    body.update(dict.fromkeys(AUTH_FIELDS, ""))
-    body.update(fields)
-    return body
-
-
-def _html(client: Client, url: str) -> str:
-    answer = client.get(url)
-    assert answer.status_code == 200, answer.status_code
-    return answer.content.decode()
-
-
-def _main(html: str) -> str:
-    """The page's main content (the header holds the logout form)."""
-    return html.split('<main id="main">')[1]
-
-
-def _row_html(html: str, name: str) -> str:
-    found = re.search(rf'<tr data-name="{re.escape(name)}"[^>]*>(.*?)</tr>', html, re.DOTALL)
-    assert found is not None, f"no row {name}"
-    return found.group(1)
-
-
-def _field_html(html: str, field: str) -> str:
-    found = re.search(rf'data-field="{field}">(.*?)</div>', html, re.DOTALL)
-    assert found is not None, f"no field {field}"
-    return found.group(1)
-
-
-def _flash(html: str) -> str:
-    found = re.search(r'<ul class="flash" role="status">(.*?)</ul>', html, re.DOTALL)
-    assert found is not None, "no message"
-    return found.group(1)
 
 
 def _card_section(html: str) -> str:
@@ -121,14 +85,14 @@ def _card_section(html: str) -> str:
 def test_the_list_shows_each_agents_tool_auth_card_and_health(peer: Peer) -> None:
     team = team_make()
     card_fetch(_translator(team.tenant, peer))
-    dead = _store(team.tenant, "dead", _dead_url(), description="gone")
+    dead = _store(team.tenant, "dead", dead_url(), description="gone")
     with pytest.raises(RemoteUnavailable):
         card_fetch(dead)
     _store(team.tenant, "fresh", auth=HEADER_AUTH)
 
-    html = _html(client_of(team.reader), LIST)
+    html = html_of(client_of(team.reader), LIST)
 
-    translator = _row_html(html, "translator")
+    translator = row_html(html, "translator")
     assert "<td><code>" + peer.url + "</code></td>" in translator
     assert '<code class="tool-name">translator__send_message</code>' in translator
     assert "<td>Bearer token</td>" in translator
@@ -136,13 +100,13 @@ def test_the_list_shows_each_agents_tool_auth_card_and_health(peer: Peer) -> Non
     assert '<span class="skill-count">1 skill</span>' in translator
     assert "fetched <time datetime=" in translator
     assert 'data-health="ok"' in translator
-    failing = _row_html(html, "dead")
+    failing = row_html(html, "dead")
     assert '<code class="tool-name">dead__send_message</code>' in failing
     assert "not fetched" in failing
     assert 'data-health="failing"' in failing
     assert "A2A agent &#x27;dead&#x27; could not be reached: " in failing
     assert "gone" in failing
-    fresh = _row_html(html, "fresh")
+    fresh = row_html(html, "fresh")
     assert "<td>Header (X-Api-Key)</td>" in fresh
     assert 'data-health="never"' in fresh
     assert "never contacted" in fresh
@@ -151,12 +115,12 @@ def test_the_list_shows_each_agents_tool_auth_card_and_health(peer: Peer) -> Non
     assert TOKEN not in html
     assert HEADER_SECRET not in html
     assert "Only a tenant admin adds, edits, refreshes and deletes A2A agents." in html
-    assert 'method="post"' not in _main(html)
+    assert 'method="post"' not in main_of(html)
 
 
 def test_the_agents_pages_link_to_the_a2a_agents_beside_the_mcp_servers(team: Team) -> None:
-    agents = _html(client_of(team.reader), reverse("console:agents"))
-    listed = _html(client_of(team.reader), LIST)
+    agents = html_of(client_of(team.reader), reverse("console:agents"))
+    listed = html_of(client_of(team.reader), LIST)
 
     servers = reverse("console:mcp-servers")
     assert f'href="{LIST}"' in agents
@@ -167,14 +131,14 @@ def test_the_agents_pages_link_to_the_a2a_agents_beside_the_mcp_servers(team: Te
 
 
 def test_an_admin_sees_the_add_form_with_every_field(team: Team) -> None:
-    html = _html(client_of(team.admin), LIST)
+    html = html_of(client_of(team.admin), LIST)
 
     form = html.split('id="connection-form"')[1].split("</form>")[0]
     names = re.findall(r'name="([a-z_]+)"', form)
     assert names[1:7] == ["name", "url", "description", "card_ttl_s", "call_timeout_s",
                           "auth_type"]  # fmt: skip
     assert set(AUTH_FIELDS) <= set(names)
-    assert "the model calls it as &lt;name&gt;__send_message" in _field_html(form, "name")
+    assert "the model calls it as &lt;name&gt;__send_message" in field_html(form, "name")
     assert "Add A2A agent" in form
 
 
@@ -188,7 +152,7 @@ def test_the_agent_page_shows_the_cached_card_and_reading_contacts_nothing(peer:
     card_fetch(row)
     fetched = A2aAgent.objects.get(pk=row.pk).card_fetched_at
 
-    html = _html(client_of(team.member), _agent_url("a2a-agent", "translator"))
+    html = html_of(client_of(team.member), _agent_url("a2a-agent", "translator"))
 
     card = _card_section(html)
     assert '<dd class="card-name">translator</dd>' in card
@@ -211,7 +175,7 @@ def test_the_agent_page_shows_the_cached_card_and_reading_contacts_nothing(peer:
 def test_an_agent_never_fetched_says_so_and_is_not_contacted(team: Team) -> None:
     _store(team.tenant, "translator")
 
-    html = _html(client_of(team.admin), _agent_url("a2a-agent", "translator"))
+    html = html_of(client_of(team.admin), _agent_url("a2a-agent", "translator"))
 
     assert "Not fetched yet. <strong>Refresh card</strong> asks the agent." in html
     assert 'data-health="never"' in html
@@ -227,7 +191,7 @@ def test_refresh_against_the_live_agent_shows_its_card_and_skill(peer: Peer) -> 
     client = client_of(team.admin)
     added = client.post(LIST, _form(name="translator", url=peer.url, auth_type="bearer",
                                      auth_token=TOKEN))  # fmt: skip
-    before = _html(client, _agent_url("a2a-agent", "translator"))
+    before = html_of(client, _agent_url("a2a-agent", "translator"))
 
     refreshed = client.post(_agent_url("a2a-agent-refresh", "translator"), follow=True)
 
@@ -237,7 +201,7 @@ def test_refresh_against_the_live_agent_shows_its_card_and_skill(peer: Peer) -> 
     assert "Not fetched yet." in before
     assert refreshed.redirect_chain == [(_agent_url("a2a-agent", "translator"), 302)]
     html = refreshed.content.decode()
-    assert "Fetched the card of A2A agent translator: translator, 1 skill." in _flash(html)
+    assert "Fetched the card of A2A agent translator: translator, 1 skill." in flash(html)
     assert re.findall(r'data-skill="([^"]+)"', html) == ["french"]
     assert "<p>Into French.</p>" in _card_section(html)
     assert 'data-health="ok"' in html
@@ -251,14 +215,14 @@ def test_refresh_against_the_live_agent_shows_its_card_and_skill(peer: Peer) -> 
 def test_refresh_against_a_dead_agent_shows_the_cause_and_records_it(peer: Peer) -> None:
     team = team_make()
     client = client_of(team.admin)
-    _store(team.tenant, "dead", _dead_url())
+    _store(team.tenant, "dead", dead_url())
     _translator(team.tenant, peer, token="not-the-token")
 
     dead = client.post(_agent_url("a2a-agent-refresh", "dead"), follow=True)
     refused = client.post(_agent_url("a2a-agent-refresh", "translator"), follow=True)
 
     assert dead.status_code == 200
-    message = _flash(dead.content.decode())
+    message = flash(dead.content.decode())
     assert 'class="error"' in message
     assert "A2A agent &#x27;dead&#x27; could not be reached: " in message
     assert 'data-health="failing"' in dead.content.decode()
@@ -271,7 +235,7 @@ def test_refresh_against_a_dead_agent_shows_the_cause_and_records_it(peer: Peer)
     assert (
         "A2A agent &#x27;translator&#x27; could not be reached: the server refused the "
         "credentials (HTTP 401)"
-    ) in _flash(refused.content.decode())
+    ) in flash(refused.content.decode())
     assert "not-the-token" not in refused.content.decode()
 
 
@@ -298,26 +262,26 @@ def test_a_refused_agent_is_shown_at_its_field_and_nothing_is_stored(
 
     assert metadata.status_code == 400
     html = metadata.content.decode()
-    assert "metadata" in _field_html(html, "url")
-    assert 'value="http://169.254.169.254/"' in _field_html(html, "url")
+    assert "metadata" in field_html(html, "url")
+    assert 'value="http://169.254.169.254/"' in field_html(html, "url")
     assert "The A2A agent was not saved; see the fields marked below." in html
     assert TOKEN not in html
     assert not_a_url.status_code == 400
-    assert "url must be an http(s) URL" in _field_html(not_a_url.content.decode(), "url")
+    assert "url must be an http(s) URL" in field_html(not_a_url.content.decode(), "url")
     assert no_url.status_code == 400
-    assert "url is required" in _field_html(no_url.content.decode(), "url")
+    assert "url is required" in field_html(no_url.content.decode(), "url")
     assert bad_name.status_code == 400
-    assert "lower-case letters and digits" in _field_html(bad_name.content.decode(), "name")
+    assert "lower-case letters and digits" in field_html(bad_name.content.decode(), "name")
     assert taken.status_code == 409
-    assert "already exists" in _field_html(taken.content.decode(), "name")
+    assert "already exists" in field_html(taken.content.decode(), "name")
     assert no_token.status_code == 400
-    assert "auth.token must be a non-empty string" in _field_html(
+    assert "auth.token must be a non-empty string" in field_html(
         no_token.content.decode(), "auth_token"
     )
     assert bad_ttl.status_code == 400
-    assert "card_ttl_s" in _field_html(bad_ttl.content.decode(), "card_ttl_s")
+    assert "card_ttl_s" in field_html(bad_ttl.content.decode(), "card_ttl_s")
     assert not_a_number.status_code == 400
-    assert "Enter a whole number." in _field_html(not_a_number.content.decode(), "call_timeout_s")
+    assert "Enter a whole number." in field_html(not_a_number.content.decode(), "call_timeout_s")
     assert list(A2aAgent.objects.for_tenant(team.tenant).values_list("name", flat=True)) == [
         "taken"
     ]
@@ -347,7 +311,7 @@ def test_an_edit_leaving_the_secret_blank_keeps_it_and_the_cached_card(peer: Pee
     client = client_of(team.admin)
     card_fetch(_translator(team.tenant, peer))
     edit = _agent_url("a2a-agent-edit", "translator")
-    page = _html(client, edit)
+    page = html_of(client, edit)
 
     kept = client.post(edit, _form(name="translator", url=peer.url, description="French",
                                    auth_type="bearer", card_ttl_s="600",
@@ -355,15 +319,15 @@ def test_an_edit_leaving_the_secret_blank_keeps_it_and_the_cached_card(peer: Pee
     row = A2aAgent.objects.get(name="translator")
     refreshed = client.post(_agent_url("a2a-agent-refresh", "translator"), follow=True)
 
-    assert "A secret is stored: leave this blank to keep it." in _field_html(page, "auth_token")
-    assert 'value="' not in _field_html(page, "auth_token").split('name="auth_token"')[1][:80]
-    assert 'value="translator"' in _field_html(page, "name")
-    assert 'value="300"' in _field_html(page, "card_ttl_s")
+    assert "A secret is stored: leave this blank to keep it." in field_html(page, "auth_token")
+    assert 'value="' not in field_html(page, "auth_token").split('name="auth_token"')[1][:80]
+    assert 'value="translator"' in field_html(page, "name")
+    assert 'value="300"' in field_html(page, "card_ttl_s")
     assert kept.status_code == 302
     assert (row.description, row.card_ttl_s, row.call_timeout_s) == ("French", 600, 90)
     assert endpoint_of(row).headers == {"Authorization": f"Bearer {TOKEN}"}
     assert row.card["name"] == "translator"  # url and auth unchanged: the cache stays
-    assert "Fetched the card of A2A agent translator" in _flash(refreshed.content.decode())
+    assert "Fetched the card of A2A agent translator" in flash(refreshed.content.decode())
     assert TOKEN not in page
 
 
@@ -381,7 +345,7 @@ def test_an_edit_with_a_new_url_and_secret_forgets_the_cached_card(team: Team) -
     assert renamed.redirect_chain == [(_agent_url("a2a-agent", "french"), 302)]
     assert (
         "Saved A2A agent french. Its cached card and health were cleared: refresh its card."
-    ) in _flash(renamed.content.decode())
+    ) in flash(renamed.content.decode())
     assert (row.name, row.url) == ("french", "https://agents.example.com/french/")
     assert endpoint_of(row).headers == {"Authorization": f"Bearer {NEW_TOKEN}"}
     assert row.card == {}
@@ -394,10 +358,10 @@ def test_no_page_renders_a_secret(team: Team) -> None:
     _store(team.tenant, "header", auth=HEADER_AUTH)
     _store(team.tenant, "oauth", auth=OAUTH)
 
-    pages = [_html(client, LIST)]
+    pages = [html_of(client, LIST)]
     for name in ("bearer", "header", "oauth"):
-        pages.append(_html(client, _agent_url("a2a-agent", name)))
-        pages.append(_html(client, _agent_url("a2a-agent-edit", name)))
+        pages.append(html_of(client, _agent_url("a2a-agent", name)))
+        pages.append(html_of(client, _agent_url("a2a-agent-edit", name)))
     refused = client.post(_agent_url("a2a-agent-edit", "oauth"), _form(
         name="oauth", url="not a url", auth_type="oauth_client_credentials",
         auth_client_id="platform", auth_token_url="https://auth.example.com/t",
@@ -411,8 +375,8 @@ def test_no_page_renders_a_secret(team: Team) -> None:
     for html in pages:
         for secret in (TOKEN, HEADER_SECRET, CLIENT_SECRET, NEW_TOKEN):
             assert secret not in html
-    assert "Header (X-Api-Key)" in _row_html(pages[0], "header")
-    assert "OAuth client credentials (platform)" in _row_html(pages[0], "oauth")
+    assert "Header (X-Api-Key)" in row_html(pages[0], "header")
+    assert "OAuth client credentials (platform)" in row_html(pages[0], "oauth")
     assert "(a secret is stored)" in pages[1]
 
 
@@ -423,7 +387,7 @@ def test_an_admin_deletes_an_agent(team: Team) -> None:
                                          follow=True)  # fmt: skip
 
     assert deleted.redirect_chain == [(LIST, 302)]
-    assert "Deleted A2A agent translator." in _flash(deleted.content.decode())
+    assert "Deleted A2A agent translator." in flash(deleted.content.decode())
     assert not A2aAgent.objects.for_tenant(team.tenant).exists()
 
 
@@ -453,7 +417,7 @@ def test_members_and_read_only_members_cannot_write(team: Team) -> None:
         client_of(user).get(_agent_url("a2a-agent-edit", "translator")).status_code
         for user in (team.member, team.reader)
     ]
-    member_page = _main(_html(client_of(team.member), _agent_url("a2a-agent", "translator")))
+    member_page = main_of(html_of(client_of(team.member), _agent_url("a2a-agent", "translator")))
 
     assert answers == [403] * 8
     assert edit_pages == [403, 403]
@@ -476,7 +440,7 @@ def test_another_tenants_agent_is_a_404_with_no_side_effect(team: Team) -> None:
     reads = [client.get(_agent_url(view, "theirs")).status_code
              for view in ("a2a-agent", "a2a-agent-edit")]  # fmt: skip
     writes = [client.post(url, data).status_code for url, data in _writes("theirs")[1:]]
-    listed = _html(client, LIST)
+    listed = html_of(client, LIST)
 
     assert reads == [404, 404]
     assert writes == [404, 404, 404]

@@ -10,12 +10,10 @@ inside a transaction, and pytest-django runs every other test inside one."""
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings
 
@@ -26,6 +24,15 @@ from connectors.transport import RemoteUnavailable
 from tenancy.models import Tenant
 from tests.connectors.mcp_peer import CLIENT_SECRET, TOKEN, Peer, mcp_peer
 from tests.console.conftest import Team, client_of, team_make
+from tests.console.connection_pages import (
+    connection_form,
+    dead_url,
+    field_html,
+    flash,
+    html_of,
+    main_of,
+    row_html,
+)
 from tests.factories import make_tenant
 
 LIST = reverse("console:mcp-servers")
@@ -38,8 +45,6 @@ TOOL_NAMES = [
 HEADER_AUTH = {"type": "header", "header_name": "X-Api-Key", "header_value": HEADER_SECRET}
 OAUTH = {"type": "oauth_client_credentials", "client_id": "platform",
          "client_secret": CLIENT_SECRET, "token_url": "https://auth.example.com/t"}  # fmt: skip
-AUTH_FIELDS = ["auth_token", "auth_header_name", "auth_header_value", "auth_client_id",
-               "auth_token_url", "auth_scopes", "auth_client_secret"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +58,6 @@ def team(db: None) -> Team:
     return team_make()
 
 
-def _dead_url() -> str:
-    """A loopback URL nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/mcp"
-
-
 def _store(tenant: Tenant, name: str, url: str, **fields: Any) -> McpServer:
     return mcp_server_save(tenant=tenant, data={"name": name, "url": url, **fields})
 
@@ -69,46 +66,12 @@ def _weather(tenant: Tenant, peer: Peer, token: str = TOKEN) -> McpServer:
     return _store(tenant, "weather", peer.url, auth={"type": "bearer", "token": token})
 
 
+def _form(**fields: Any) -> dict[str, Any]:
+    return connection_form("tools_ttl_s", **fields)
+
+
 def _server_url(view: str, name: str) -> str:
     return reverse(f"console:{view}", args=[name])
-
-
-def _form(**fields: Any) -> dict[str, Any]:
-    """The add/edit form as a browser posts it: every field, blank unless given."""
-    body: dict[str, Any] = {"name": "", "url": "", "description": "", "tools_ttl_s": "",
-                            "call_timeout_s": "", "auth_type": "none"}  # fmt: skip
-    body.update(dict.fromkeys(AUTH_FIELDS, ""))
-    body.update(fields)
-    return body
-
-
-def _html(client: Client, url: str) -> str:
-    answer = client.get(url)
-    assert answer.status_code == 200, answer.status_code
-    return answer.content.decode()
-
-
-def _main(html: str) -> str:
-    """The page's main content (the header holds the logout form)."""
-    return html.split('<main id="main">')[1]
-
-
-def _row_html(html: str, name: str) -> str:
-    found = re.search(rf'<tr data-name="{re.escape(name)}"[^>]*>(.*?)</tr>', html, re.DOTALL)
-    assert found is not None, f"no row {name}"
-    return found.group(1)
-
-
-def _field_html(html: str, field: str) -> str:
-    found = re.search(rf'data-field="{field}">(.*?)</div>', html, re.DOTALL)
-    assert found is not None, f"no field {field}"
-    return found.group(1)
-
-
-def _flash(html: str) -> str:
-    found = re.search(r'<ul class="flash" role="status">(.*?)</ul>', html, re.DOTALL)
-    assert found is not None, "no message"
-    return found.group(1)
 
 
 # Listing -------------------------------------------------------------------------------------
@@ -118,25 +81,25 @@ def _flash(html: str) -> str:
 def test_the_list_shows_each_servers_auth_tool_count_and_health(peer: Peer) -> None:
     team = team_make()
     tools_fetch(_weather(team.tenant, peer))
-    dead = _store(team.tenant, "dead", _dead_url(), description="gone")
+    dead = _store(team.tenant, "dead", dead_url("/mcp"), description="gone")
     with pytest.raises(RemoteUnavailable):
         tools_fetch(dead)
     _store(team.tenant, "fresh", "https://mcp.example.com/mcp", auth=HEADER_AUTH)
 
-    html = _html(client_of(team.reader), LIST)
+    html = html_of(client_of(team.reader), LIST)
 
-    weather = _row_html(html, "weather")
+    weather = row_html(html, "weather")
     assert "<code>" + peer.url + "</code>" in weather
     assert "Bearer token" in weather
     assert '<td class="tool-count">6</td>' in weather
     assert 'data-health="ok"' in weather
     assert "<time datetime=" in weather.split('class="tool-count"')[1]
-    failing = _row_html(html, "dead")
+    failing = row_html(html, "dead")
     assert '<td class="tool-count">0</td>' in failing
     assert 'data-health="failing"' in failing
     assert "MCP server &#x27;dead&#x27; could not be reached: " in failing
     assert "gone" in failing
-    fresh = _row_html(html, "fresh")
+    fresh = row_html(html, "fresh")
     assert "Header (X-Api-Key)" in fresh
     assert 'data-health="never"' in fresh
     assert "never contacted" in fresh
@@ -146,12 +109,12 @@ def test_the_list_shows_each_servers_auth_tool_count_and_health(peer: Peer) -> N
     assert TOKEN not in html
     assert HEADER_SECRET not in html
     assert "Only a tenant admin adds, edits, refreshes and deletes MCP servers." in html
-    assert 'method="post"' not in _main(html)
+    assert 'method="post"' not in main_of(html)
 
 
 def test_the_agents_pages_link_to_the_mcp_servers(team: Team) -> None:
-    agents = _html(client_of(team.reader), reverse("console:agents"))
-    servers = _html(client_of(team.reader), LIST)
+    agents = html_of(client_of(team.reader), reverse("console:agents"))
+    servers = html_of(client_of(team.reader), LIST)
 
     assert f'href="{LIST}"' in agents
     assert f'href="{LIST}" aria-current="page">MCP servers</a>' in servers
@@ -166,7 +129,7 @@ def test_the_server_page_lists_its_tools_by_the_names_the_model_sees(peer: Peer)
     team = team_make()
     tools_fetch(_weather(team.tenant, peer))
 
-    html = _html(client_of(team.member), _server_url("mcp-server", "weather"))
+    html = html_of(client_of(team.member), _server_url("mcp-server", "weather"))
 
     shown = re.findall(r'<article class="entry" data-tool="([^"]+)"', html)
     assert shown == TOOL_NAMES
@@ -183,7 +146,7 @@ def test_the_server_page_lists_its_tools_by_the_names_the_model_sees(peer: Peer)
 def test_a_server_never_listed_says_so_and_is_not_contacted(team: Team) -> None:
     _store(team.tenant, "weather", "https://mcp.example.com/mcp")
 
-    html = _html(client_of(team.admin), _server_url("mcp-server", "weather"))
+    html = html_of(client_of(team.admin), _server_url("mcp-server", "weather"))
 
     assert "Not listed yet. <strong>Refresh tools</strong> asks the server." in html
     assert 'data-health="never"' in html
@@ -199,7 +162,7 @@ def test_refresh_against_the_live_server_lists_its_tools(peer: Peer) -> None:
     client = client_of(team.admin)
     added = client.post(LIST, _form(name="weather", url=peer.url, auth_type="bearer",
                                      auth_token=TOKEN))  # fmt: skip
-    before = _html(client, _server_url("mcp-server", "weather"))
+    before = html_of(client, _server_url("mcp-server", "weather"))
 
     refreshed = client.post(_server_url("mcp-server-refresh", "weather"), follow=True)
 
@@ -209,7 +172,7 @@ def test_refresh_against_the_live_server_lists_its_tools(peer: Peer) -> None:
     assert "Not listed yet." in before
     assert refreshed.redirect_chain == [(_server_url("mcp-server", "weather"), 302)]
     html = refreshed.content.decode()
-    assert "Listed 6 tools of MCP server weather." in _flash(html)
+    assert "Listed 6 tools of MCP server weather." in flash(html)
     assert re.findall(r'data-tool="([^"]+)"', html) == TOOL_NAMES
     assert 'data-health="ok"' in html
     row = McpServer.objects.get(name="weather")
@@ -222,14 +185,14 @@ def test_refresh_against_the_live_server_lists_its_tools(peer: Peer) -> None:
 def test_refresh_against_a_dead_server_shows_the_cause_and_records_it(peer: Peer) -> None:
     team = team_make()
     client = client_of(team.admin)
-    _store(team.tenant, "dead", _dead_url())
+    _store(team.tenant, "dead", dead_url("/mcp"))
     _weather(team.tenant, peer, token="not-the-token")
 
     dead = client.post(_server_url("mcp-server-refresh", "dead"), follow=True)
     refused = client.post(_server_url("mcp-server-refresh", "weather"), follow=True)
 
     assert dead.status_code == 200
-    message = _flash(dead.content.decode())
+    message = flash(dead.content.decode())
     assert 'class="error"' in message
     assert "MCP server &#x27;dead&#x27; could not be reached: " in message
     assert 'data-health="failing"' in dead.content.decode()
@@ -240,7 +203,7 @@ def test_refresh_against_a_dead_server_shows_the_cause_and_records_it(peer: Peer
     assert (
         "MCP server &#x27;weather&#x27; could not be reached: the server refused the "
         "credentials (HTTP 401)"
-    ) in _flash(refused.content.decode())
+    ) in flash(refused.content.decode())
     assert "not-the-token" not in refused.content.decode()
 
 
@@ -268,22 +231,22 @@ def test_a_refused_server_is_shown_at_its_field_and_nothing_is_stored(
 
     assert metadata.status_code == 400
     html = metadata.content.decode()
-    assert "metadata" in _field_html(html, "url")
-    assert 'value="http://169.254.169.254/mcp"' in _field_html(html, "url")
+    assert "metadata" in field_html(html, "url")
+    assert 'value="http://169.254.169.254/mcp"' in field_html(html, "url")
     assert "The MCP server was not saved; see the fields marked below." in html
     assert TOKEN not in html
     assert no_url.status_code == 400
-    assert "url is required" in _field_html(no_url.content.decode(), "url")
+    assert "url is required" in field_html(no_url.content.decode(), "url")
     assert bad_name.status_code == 400
-    assert "lower-case letters and digits" in _field_html(bad_name.content.decode(), "name")
+    assert "lower-case letters and digits" in field_html(bad_name.content.decode(), "name")
     assert taken.status_code == 409
-    assert "already exists" in _field_html(taken.content.decode(), "name")
+    assert "already exists" in field_html(taken.content.decode(), "name")
     assert no_token.status_code == 400
-    assert "auth.token must be a non-empty string" in _field_html(
+    assert "auth.token must be a non-empty string" in field_html(
         no_token.content.decode(), "auth_token"
     )
     assert reserved.status_code == 400
-    assert "not a header name calls may set" in _field_html(
+    assert "not a header name calls may set" in field_html(
         reserved.content.decode(), "auth_header_name"
     )
     assert HEADER_SECRET not in reserved.content.decode()
@@ -318,7 +281,7 @@ def test_an_edit_leaving_the_secret_blank_keeps_it_and_the_cached_tools(peer: Pe
     client = client_of(team.admin)
     tools_fetch(_weather(team.tenant, peer))
     edit = _server_url("mcp-server-edit", "weather")
-    page = _html(client, edit)
+    page = html_of(client, edit)
 
     kept = client.post(edit, _form(name="weather", url=peer.url, description="Forecasts",
                                    auth_type="bearer", tools_ttl_s="300",
@@ -326,14 +289,14 @@ def test_an_edit_leaving_the_secret_blank_keeps_it_and_the_cached_tools(peer: Pe
     row = McpServer.objects.get(name="weather")
     refreshed = client.post(_server_url("mcp-server-refresh", "weather"), follow=True)
 
-    assert "A secret is stored: leave this blank to keep it." in _field_html(page, "auth_token")
-    assert 'value="' not in _field_html(page, "auth_token").split('name="auth_token"')[1][:80]
-    assert 'value="weather"' in _field_html(page, "name")
+    assert "A secret is stored: leave this blank to keep it." in field_html(page, "auth_token")
+    assert 'value="' not in field_html(page, "auth_token").split('name="auth_token"')[1][:80]
+    assert 'value="weather"' in field_html(page, "name")
     assert kept.status_code == 302
     assert row.description == "Forecasts"
     assert endpoint_of(row).headers == {"Authorization": f"Bearer {TOKEN}"}
     assert len(row.tools) == 6  # auth unchanged: the cache stays
-    assert "Listed 6 tools of MCP server weather." in _flash(refreshed.content.decode())
+    assert "Listed 6 tools of MCP server weather." in flash(refreshed.content.decode())
     assert TOKEN not in page
 
 
@@ -351,7 +314,7 @@ def test_an_edit_with_a_new_secret_replaces_it_and_forgets_the_cached_tools(team
 
     row = McpServer.objects.get(pk=row.pk)
     assert renamed.redirect_chain == [(_server_url("mcp-server", "forecasts"), 302)]
-    assert "Its cached tools and health were cleared" in _flash(renamed.content.decode())
+    assert "Its cached tools and health were cleared" in flash(renamed.content.decode())
     assert row.name == "forecasts"
     assert endpoint_of(row).headers == {"Authorization": f"Bearer {NEW_TOKEN}"}
     assert row.tools == []
@@ -369,7 +332,7 @@ def test_a_refused_edit_is_shown_at_its_field_and_changes_nothing(team: Team) ->
     ))  # fmt: skip
 
     assert switched.status_code == 400
-    assert "auth.header_value must be a non-empty string" in _field_html(
+    assert "auth.header_value must be a non-empty string" in field_html(
         switched.content.decode(), "auth_header_value"
     )
     row = McpServer.objects.get(name="weather")
@@ -384,10 +347,10 @@ def test_no_page_renders_a_secret(team: Team) -> None:
     _store(team.tenant, "header", "https://mcp.example.com/mcp", auth=HEADER_AUTH)
     _store(team.tenant, "oauth", "https://mcp.example.com/mcp", auth=OAUTH)
 
-    pages = [_html(client, LIST)]
+    pages = [html_of(client, LIST)]
     for name in ("bearer", "header", "oauth"):
-        pages.append(_html(client, _server_url("mcp-server", name)))
-        pages.append(_html(client, _server_url("mcp-server-edit", name)))
+        pages.append(html_of(client, _server_url("mcp-server", name)))
+        pages.append(html_of(client, _server_url("mcp-server-edit", name)))
     refused = client.post(_server_url("mcp-server-edit", "oauth"), _form(
         name="oauth", url="not a url", auth_type="oauth_client_credentials",
         auth_client_id="platform", auth_token_url="https://auth.example.com/t",
@@ -400,7 +363,7 @@ def test_no_page_renders_a_secret(team: Team) -> None:
         for secret in (TOKEN, HEADER_SECRET, CLIENT_SECRET):
             assert secret not in html
     assert "Header (X-Api-Key)" in pages[0]
-    assert "OAuth" in _row_html(pages[0], "oauth")
+    assert "OAuth" in row_html(pages[0], "oauth")
 
 
 def test_an_admin_deletes_a_server(team: Team) -> None:
@@ -409,7 +372,7 @@ def test_an_admin_deletes_a_server(team: Team) -> None:
     deleted = client_of(team.admin).post(_server_url("mcp-server-delete", "weather"), follow=True)
 
     assert deleted.redirect_chain == [(LIST, 302)]
-    assert "Deleted MCP server weather." in _flash(deleted.content.decode())
+    assert "Deleted MCP server weather." in flash(deleted.content.decode())
     assert not McpServer.objects.for_tenant(team.tenant).exists()
 
 
@@ -440,7 +403,7 @@ def test_members_and_read_only_members_cannot_write(team: Team) -> None:
         client_of(user).get(_server_url("mcp-server-edit", "weather")).status_code
         for user in (team.member, team.reader)
     ]
-    member_page = _main(_html(client_of(team.member), _server_url("mcp-server", "weather")))
+    member_page = main_of(html_of(client_of(team.member), _server_url("mcp-server", "weather")))
 
     assert answers == [403] * 8
     assert edit_pages == [403, 403]
@@ -464,7 +427,7 @@ def test_another_tenants_server_is_a_404_with_no_side_effect(team: Team) -> None
     reads = [client.get(_server_url(view, "theirs")).status_code
              for view in ("mcp-server", "mcp-server-edit")]  # fmt: skip
     writes = [client.post(url, data).status_code for url, data in _writes("theirs")[1:]]
-    listed = _html(client, LIST)
+    listed = html_of(client, LIST)
 
     assert reads == [404, 404]
     assert writes == [404, 404, 404]
