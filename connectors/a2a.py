@@ -14,7 +14,6 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Final
 
 from a2a.types import Message, Role, Task, TaskState
@@ -23,7 +22,6 @@ from google.protobuf.json_format import MessageToDict
 
 from agents.registry import ToolResult
 from common.connections import connection_release
-from common.errors import NotFound
 from common.time import now, to_us
 from connectors import a2a_client
 from connectors.models import A2aAgent
@@ -31,6 +29,9 @@ from connectors.remote import (
     MAX_TTL_S,
     Kind,
     auth_json,
+    cache_stale,
+    connection_get,
+    connection_list,
     connection_save,
     contact_failed,
     contact_recorded,
@@ -77,24 +78,32 @@ def tool_name(name: str) -> str:
     return f"{name}{TOOL_SUFFIX}"
 
 
+def _apply(row: A2aAgent, body: Mapping[str, Any]) -> None:
+    if "card_ttl_s" in body:
+        row.card_ttl_s = int_field(body["card_ttl_s"], "card_ttl_s", low=0, high=MAX_TTL_S)
+
+
+def _forget(row: A2aAgent) -> None:
+    row.card, row.card_fetched_at = {}, None
+
+
+AGENTS: Final = Kind(A2aAgent, FIELDS, USAGE, "A2A agent", MAX_AGENTS, _apply, _forget)
+
+
 # Reading ------------------------------------------------------------------------------------
 
 
 def a2a_agent_get(*, tenant: Tenant, name: str) -> A2aAgent:
     """The tenant's agent ``name``; NotFound otherwise (another tenant's too)."""
-    row = A2aAgent.objects.for_tenant(tenant).filter(name=name).first()
-    if row is None:
-        raise NotFound(f"no A2A agent named {name!r}")
-    return row
+    return connection_get(AGENTS, tenant=tenant, name=name)
 
 
 def a2a_agent_list(*, tenant: Tenant) -> list[A2aAgent]:
-    return list(A2aAgent.objects.for_tenant(tenant).order_by("name"))
+    return connection_list(AGENTS, tenant=tenant)
 
 
 def card_stale(row: A2aAgent) -> bool:
-    fetched = row.card_fetched_at
-    return fetched is None or now() - fetched >= timedelta(seconds=row.card_ttl_s)
+    return cache_stale(row.card_fetched_at, row.card_ttl_s)
 
 
 def card_summary(card: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -149,18 +158,6 @@ def tool_description(row: A2aAgent) -> str:
 
 
 # Saving -------------------------------------------------------------------------------------
-
-
-def _apply(row: A2aAgent, body: Mapping[str, Any]) -> None:
-    if "card_ttl_s" in body:
-        row.card_ttl_s = int_field(body["card_ttl_s"], "card_ttl_s", low=0, high=MAX_TTL_S)
-
-
-def _forget(row: A2aAgent) -> None:
-    row.card, row.card_fetched_at = {}, None
-
-
-AGENTS: Final = Kind(A2aAgent, FIELDS, USAGE, "A2A agent", MAX_AGENTS, _apply, _forget)
 
 
 @transaction.atomic

@@ -9,13 +9,14 @@ write-only: sealed with the tenant's data key (:mod:`tenancy.encryption`, contex
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 from common.egress import destination_problem
-from common.errors import Conflict, LimitExceeded, ValidationFailed
+from common.errors import Conflict, LimitExceeded, NotFound, ValidationFailed
 from common.payloads import known_keys_check, object_body, text_field
 from common.time import now, to_us
 from connectors.models import RemoteAuth, RemoteConnection
@@ -218,6 +219,25 @@ class Kind(Generic[C]):
     limit: int
     apply: Callable[[C, Mapping[str, Any]], None]
     forget: Callable[[C], None]
+
+
+def connection_get(kind: Kind[C], *, tenant: Tenant, name: str) -> C:
+    """The tenant's connection ``name`` of ``kind``; NotFound otherwise (another tenant's
+    too)."""
+    row = cast("C | None", kind.model.objects.for_tenant(tenant).filter(name=name).first())
+    if row is None:
+        raise NotFound(f"no {kind.noun} named {name!r}")
+    return row
+
+
+def connection_list(kind: Kind[C], *, tenant: Tenant) -> list[C]:
+    return cast("list[C]", list(kind.model.objects.for_tenant(tenant).order_by("name")))
+
+
+def cache_stale(fetched: dt.datetime | None, ttl_s: int) -> bool:
+    """Whether what a connection offered, fetched at ``fetched``, is missing or older than
+    ``ttl_s`` seconds."""
+    return fetched is None or now() - fetched >= dt.timedelta(seconds=ttl_s)
 
 
 def connection_save(

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Final
 
 from django.db import connection, transaction
 
 from common.connections import connection_release
-from common.errors import NotFound, ValidationFailed
+from common.errors import ValidationFailed
 from common.time import now, to_us
 from connectors import client
 from connectors.client import ListedTool
@@ -21,6 +20,9 @@ from connectors.remote import (
     MAX_TTL_S,
     Kind,
     auth_json,
+    cache_stale,
+    connection_get,
+    connection_list,
     connection_save,
     contact_failed,
     contact_recorded,
@@ -46,25 +48,37 @@ def server_name(row: McpServer) -> str:
     return f"MCP server {row.name!r}"
 
 
+def _apply(row: McpServer, body: Mapping[str, Any]) -> None:
+    if "transport" in body and body["transport"] not in McpTransport.values:
+        raise ValidationFailed(
+            f"transport must be one of {', '.join(McpTransport.values)}", field="transport"
+        )
+    if "tools_ttl_s" in body:
+        row.tools_ttl_s = int_field(body["tools_ttl_s"], "tools_ttl_s", low=0, high=MAX_TTL_S)
+
+
+def _forget(row: McpServer) -> None:
+    row.tools, row.tools_fetched_at = [], None
+
+
+SERVERS: Final = Kind(McpServer, FIELDS, USAGE, "MCP server", MAX_SERVERS, _apply, _forget)
+
+
 # Reading -----------------------------------------------------------------------------------
 
 
 def mcp_server_get(*, tenant: Tenant, name: str) -> McpServer:
     """The tenant's server ``name``; NotFound otherwise (another tenant's too)."""
-    row = McpServer.objects.for_tenant(tenant).filter(name=name).first()
-    if row is None:
-        raise NotFound(f"no MCP server named {name!r}")
-    return row
+    return connection_get(SERVERS, tenant=tenant, name=name)
 
 
 def mcp_server_list(*, tenant: Tenant) -> list[McpServer]:
-    return list(McpServer.objects.for_tenant(tenant).order_by("name"))
+    return connection_list(SERVERS, tenant=tenant)
 
 
 def tools_stale(row: McpServer) -> bool:
     """Whether the cached tool list is missing or older than the server's TTL."""
-    fetched = row.tools_fetched_at
-    return fetched is None or now() - fetched >= timedelta(seconds=row.tools_ttl_s)
+    return cache_stale(row.tools_fetched_at, row.tools_ttl_s)
 
 
 def mcp_server_json(row: McpServer) -> dict[str, Any]:
@@ -88,22 +102,6 @@ def mcp_server_json(row: McpServer) -> dict[str, Any]:
 
 
 # Saving ------------------------------------------------------------------------------------
-
-
-def _apply(row: McpServer, body: Mapping[str, Any]) -> None:
-    if "transport" in body and body["transport"] not in McpTransport.values:
-        raise ValidationFailed(
-            f"transport must be one of {', '.join(McpTransport.values)}", field="transport"
-        )
-    if "tools_ttl_s" in body:
-        row.tools_ttl_s = int_field(body["tools_ttl_s"], "tools_ttl_s", low=0, high=MAX_TTL_S)
-
-
-def _forget(row: McpServer) -> None:
-    row.tools, row.tools_fetched_at = [], None
-
-
-SERVERS: Final = Kind(McpServer, FIELDS, USAGE, "MCP server", MAX_SERVERS, _apply, _forget)
 
 
 @transaction.atomic
