@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from threads.models import MessageStatus, Thread
-from threads.services.messages import StoredMessage, stored_json
+from threads.services.message_shapes import StoredMessage, stored_json
 
 MARKER_KIND = "compaction"
 STUB_KEEP_CHARS = 200

@@ -34,7 +34,7 @@ from threads.models import Log, Message, Thread, ThreadFile
 from threads.services.events import MAX_PAGE, event_envelopes, event_pruned_through
 from threads.services.files import file_read_stream
 from threads.services.logs import log_json
-from threads.services.messages import message_answer
+from threads.services.message_shapes import message_answer
 from threads.services.threads import thread_get
 
 R = TypeVar("R", bound=Model)

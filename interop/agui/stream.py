@@ -62,7 +62,7 @@ from threads.api.events import REVOKED_FRAME, StreamScope
 from threads.events import QUEUE_CHANGES_ENDING_TURNS, EventType
 from threads.models import Thread
 from threads.runtime.client_tools import RESULT_SCHEMA
-from threads.services.messages import tool_calls_json
+from threads.services.message_shapes import tool_calls_json
 from threads.services.values import value_list, value_of
 from threads.streams import Delivery
 

@@ -38,7 +38,8 @@ from threads.services.actions import (
     turn_pending_actions,
 )
 from threads.services.idempotency import idempotent_call, request_hash
-from threads.services.messages import message_answer, message_list
+from threads.services.message_shapes import message_answer
+from threads.services.messages import message_list
 from threads.services.threads import thread_get
 from threads.services.turns import (
     turn_events_start,

@@ -70,7 +70,8 @@ from threads.services.fence import (
 from threads.services.idempotency import Answer, idempotent_call
 from threads.services.inbox import message_queue
 from threads.services.logs import log_create
-from threads.services.messages import history_json, message_finish, message_inject
+from threads.services.message_shapes import history_json
+from threads.services.messages import message_finish, message_inject
 from threads.services.sessions import _event_cursors, _recent_turns, session_snapshot
 from threads.services.spending import spend_scope
 from threads.services.status import (
@@ -135,7 +136,7 @@ _COVERING: dict[str, list[str]] = {
         "threads.services.turns:turn_message_ids",
         "threads.services.threads:thread_counts",
         "threads.services.fence:fence_read",
-        "threads.services.messages:stored_json",
+        "threads.services.message_shapes:stored_json",
         "retention.storage:thread_storage",
         "threads.services.effects:processing_ids",
     ],

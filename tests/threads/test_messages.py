@@ -11,7 +11,8 @@ from tenancy.models import Tenant
 from tests.factories import make_thread
 from tests.support import ContextThread
 from threads.models import Message
-from threads.services.messages import history_json, message_inject, message_json
+from threads.services.message_shapes import history_json, message_json
+from threads.services.messages import message_inject
 
 
 @pytest.mark.django_db(transaction=True)

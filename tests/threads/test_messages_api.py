@@ -15,7 +15,8 @@ from tenancy.models import Role, Tenant
 from tests.factories import make_thread
 from tests.threads.runtime.conftest import Engine, prompt
 from threads.models import Message
-from threads.services.messages import message_answer, message_inject, message_json
+from threads.services.message_shapes import message_answer, message_json
+from threads.services.messages import message_inject
 
 CALLS = [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]
 

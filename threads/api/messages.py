@@ -44,9 +44,9 @@ from threads.services.inbox import (
     queued_message_fields,
     terminated_error,
 )
+from threads.services.message_shapes import message_answer
 from threads.services.messages import (
     UNSET,
-    message_answer,
     message_delete,
     message_get,
     message_inject,

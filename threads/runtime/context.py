@@ -15,7 +15,7 @@ from typing import Any, Literal
 from agents.documents import EnvPart, IncludePart, PromptDoc, TextPart, VariablePart
 from agents.providers.base import ContentPart, ImagePart, LLMMessage, Role, ToolCall
 from agents.providers.base import TextPart as ContentText
-from threads.services.messages import tool_calls_json
+from threads.services.message_shapes import tool_calls_json
 
 EnvType = Literal["text", "secret"]
 SystemEnv = Callable[[str], tuple[str, EnvType] | None]

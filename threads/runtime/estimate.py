@@ -20,7 +20,7 @@ from threads.models import Thread
 from threads.runtime.context import render_system_prompt
 from threads.runtime.definitions import FlowDefinitions
 from threads.runtime.engine.spend import input_bound
-from threads.services.messages import history_json
+from threads.services.message_shapes import history_json
 from threads.services.spending import spend_scope
 from usage import budgets
 from usage.prices import chain_prices, micros_text

@@ -35,7 +35,7 @@ from threads.services.actions import pending_actions
 from threads.services.control import paused_turn
 from threads.services.fence import fence_check
 from threads.services.lock import lock_is_held
-from threads.services.messages import StoredMessage, message_answer, stored_json
+from threads.services.message_shapes import StoredMessage, message_answer, stored_json
 from threads.services.spending import routing_limit_summary
 from threads.services.status import thread_settle, turn_json, turn_promote, turns_cancel_waiting
 from threads.services.variable_requests import pending_variable_requests

@@ -11,6 +11,7 @@ from threads.models import TurnSource, TurnStrategy
 from threads.runtime.hooks import thread_hooks
 from threads.services import logs, messages
 from threads.services.inbox import message_queue
+from threads.services.message_shapes import message_json
 from threads.state.base import StateBase
 from threads.state.execution import MessagesResult
 
@@ -32,13 +33,11 @@ class MessagesMixin(StateBase):
             thread=self._thread, limit=limit, offset=offset, order=order,
             include_silent=include_silent, max_depth=max_depth,
         )  # fmt: skip
-        return MessagesResult(
-            [messages.message_json(m) for m in page.messages], page.total, page.has_more
-        )
+        return MessagesResult([message_json(m) for m in page.messages], page.total, page.has_more)
 
     def get_message(self, message_id: str) -> dict[str, Any] | None:
         found = messages.message_get(thread=self._thread, message_id=message_id)
-        return messages.message_json(found) if found is not None else None
+        return message_json(found) if found is not None else None
 
     def inject_message(
         self,
@@ -62,8 +61,8 @@ class MessagesMixin(StateBase):
             thread=self._thread, role=role, content=proposed["content"],
             silent=bool(proposed["silent"]), metadata=proposed["metadata"], outbox=self.outbox,
         )  # fmt: skip
-        hooks.notify(HookName.AFTER_CREATE_MESSAGE, messages.message_json(created))
-        return messages.message_json(created)
+        hooks.notify(HookName.AFTER_CREATE_MESSAGE, message_json(created))
+        return message_json(created)
 
     def update_message(
         self,
@@ -85,8 +84,8 @@ class MessagesMixin(StateBase):
             content=updates.get("content", messages.UNSET),
             metadata=updates.get("metadata", messages.UNSET),
         )  # fmt: skip
-        hooks.notify(HookName.AFTER_UPDATE_MESSAGE, messages.message_json(updated))
-        return messages.message_json(updated)
+        hooks.notify(HookName.AFTER_UPDATE_MESSAGE, message_json(updated))
+        return message_json(updated)
 
     def delete_message(self, message_id: str) -> bool:
         return messages.message_delete(

@@ -21,7 +21,7 @@ from agents.providers.base import LLMMessage
 from threads.models import Thread
 from threads.runtime.definitions import ResolvedTool
 from threads.runtime.engine.base import Side
-from threads.services.messages import history_json
+from threads.services.message_shapes import history_json
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow

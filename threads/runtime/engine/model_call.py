@@ -35,7 +35,8 @@ from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer
 from threads.runtime.telemetry_door import ModelCallRecord, telemetry
 from threads.runtime.tool_calls import FlowAborted, stored_calls
-from threads.services.messages import message_delete, message_finish, message_json
+from threads.services.message_shapes import message_json
+from threads.services.messages import message_delete, message_finish
 from threads.services.status import turn_retrying
 from usage import budgets
 from usage.budgets import Hold

@@ -19,7 +19,8 @@ from threads.runtime.hooks import Hooks
 from threads.runtime.records import CallTimer, model_log_data, tool_log_data
 from threads.runtime.tool_calls import FlowAborted
 from threads.services import logs
-from threads.services.messages import message_inject, message_json
+from threads.services.message_shapes import message_json
+from threads.services.messages import message_inject
 
 if TYPE_CHECKING:
     from threads.runtime.engine.flow import Flow

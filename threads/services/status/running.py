@@ -18,7 +18,7 @@ from common.time import now_us
 from threads.events import Outbox, publish
 from threads.models import RunStatus, Thread, Turn
 from threads.services.fence import StaleFence
-from threads.services.messages import jsonb_value
+from threads.services.message_shapes import jsonb_value
 from threads.services.status.rules import ACTIVE, PAUSED, thread_status_publish, turn_json
 
 S = RunStatus
