@@ -29,6 +29,7 @@ from agents.documents import (
     PromptPart,
     ToolConfig,
 )
+from agents.field_docs import field_doc
 from agents.permissions import DECISIONS
 from agents.registry.entries import HookName, SourceKind
 from agents.validation import Kind
@@ -74,6 +75,10 @@ class _UserSchema(GenerateJsonSchema):
         described = _DESCRIPTIONS.get(schema["cls"])
         if described is not None or "description" in json_schema:
             json_schema["description"] = _for_users(described or json_schema["description"])
+        for name, field in json_schema.get("properties", {}).items():
+            documented = field_doc(schema["cls"], name)
+            if documented and "description" not in field:
+                field["description"] = documented
         return json_schema
 
 

@@ -33,8 +33,7 @@ from agents.documents import (
     tool_ref_name,
 )
 from agents.permissions import ConditionInvalid, rule_from
-from agents.providers.anthropic_provider import check_anthropic_config
-from agents.providers.openai_provider import check_openai_config
+from agents.providers.config_keys import check_anthropic_config, check_openai_config
 from agents.remote_refs import NoRemoteTools, RemoteToolLookup
 
 Kind = Literal["models", "prompts", "agents", "code_tools"]

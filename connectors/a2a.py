@@ -14,16 +14,13 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from a2a.types import Message, Role, Task, TaskState
 from django.db import connection, transaction
-from google.protobuf.json_format import MessageToDict
 
 from agents.registry import ToolResult
 from common.connections import connection_release
 from common.time import now, to_us
-from connectors import a2a_client
 from connectors.models import A2aAgent
 from connectors.remote import (
     MAX_TTL_S,
@@ -43,6 +40,9 @@ from connectors.remote import (
 from connectors.results import large_result
 from connectors.transport import RemoteUnavailable
 from tenancy.models import Tenant
+
+if TYPE_CHECKING:
+    from a2a.types import Message, Task
 
 MAX_AGENTS: Final = 50
 CARD_TIMEOUT_S: Final = 20.0
@@ -110,6 +110,8 @@ def card_summary(card: Mapping[str, Any]) -> dict[str, Any] | None:
     """What answers show of a card: its name, description, version, skills and interface."""
     if not card:
         return None
+    from connectors import a2a_client  # the A2A SDK loads where it is used (process start)
+
     skills = [
         {"id": str(s.get("id", "")), "name": str(s.get("name", "")),
          "description": str(s.get("description", ""))}
@@ -183,6 +185,8 @@ def card_fetch(row: A2aAgent) -> dict[str, Any]:
     if connection.in_atomic_block:
         raise RuntimeError("card_fetch would hold a transaction open across a remote call")
     connection_release()  # no connection held while the other side takes its time
+    from connectors import a2a_client
+
     try:
         card = a2a_client.card_get(
             endpoint_of(row), timeout=float(min(row.call_timeout_s, CARD_TIMEOUT_S))
@@ -251,6 +255,8 @@ def agent_call(tenant: Tenant, name: str, arguments: Mapping[str, Any]) -> ToolR
             code="invalid_arguments",
         )
     listing = card_current(row)
+    from connectors import a2a_client
+
     interface = a2a_client.card_interface(row.card)
     if interface is None:
         why = listing.error or f"{agent_name(row)}'s card offers no JSON-RPC interface"
@@ -277,6 +283,8 @@ def agent_call(tenant: Tenant, name: str, arguments: Mapping[str, Any]) -> ToolR
 
 def _texts(parts: Any, attachments: list[dict[str, Any]], name: str) -> list[str]:
     """The text of ``parts``; file parts with bytes become attachments."""
+    from google.protobuf.json_format import MessageToDict
+
     texts: list[str] = []
     for part in parts:
         kind = part.WhichOneof("content")
@@ -300,6 +308,8 @@ def answer_result(name: str, answer: Task | Message) -> ToolResult:
     """An A2A answer as a tool result: a message's text; a completed task's artifacts (else
     its last message); a task asking for input as a success holding its question; a failed,
     rejected or cancelled one as a failure. Each ends with the ids to go on with."""
+    from a2a.types import Message, Role, TaskState
+
     attachments: list[dict[str, Any]] = []
     label = tool_name(name)
     if isinstance(answer, Message):

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from django.db import connection, transaction
 
 from common.connections import connection_release
 from common.errors import ValidationFailed
 from common.time import now, to_us
-from connectors import client
-from connectors.client import ListedTool
 from connectors.models import McpServer, McpTransport
 from connectors.remote import (
     MAX_TTL_S,
@@ -33,6 +31,9 @@ from connectors.remote import (
 )
 from connectors.transport import RemoteUnavailable
 from tenancy.models import Tenant
+
+if TYPE_CHECKING:
+    from connectors.client import ListedTool
 
 MAX_SERVERS: Final = 50
 LIST_TIMEOUT_S: Final = 20.0
@@ -129,6 +130,8 @@ def tools_fetch(row: McpServer) -> list[ListedTool]:
     if connection.in_atomic_block:
         raise RuntimeError("tools_fetch would hold a transaction open across a remote call")
     connection_release()  # no connection held while the other side takes its time
+    from connectors import client  # the MCP SDK loads where a server is contacted
+
     try:
         listed = client.tools_list(
             endpoint_of(row), timeout=float(min(row.call_timeout_s, LIST_TIMEOUT_S))

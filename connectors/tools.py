@@ -27,28 +27,20 @@ import mimetypes
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
-
-from mcp_types import (
-    AudioContent,
-    BlobResourceContents,
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-)
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from agents.registry import ToolResult
 from agents.remote_refs import RemoteRefCheck
-from connectors import a2a, client
+from connectors import a2a
 from connectors.models import A2aAgent, McpServer
 from connectors.remote import contact_failed, contact_recorded, endpoint_of
 from connectors.results import large_result
 from connectors.servers import server_name, tools_current
 from connectors.transport import RemoteUnavailable
 from tenancy.models import Tenant
+
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -271,6 +263,8 @@ def _mcp_call(tenant: Tenant, tool: RemoteTool, arguments: Mapping[str, Any]) ->
         return ToolResult.failure(
             f"MCP server {tool.server!r} no longer exists", code="mcp_server_gone"
         )
+    from connectors import client  # the MCP SDK loads where a server is called (process start)
+
     try:
         answer = client.tool_call(
             endpoint_of(row), tool.remote_name, arguments, timeout=float(row.call_timeout_s)
@@ -291,6 +285,16 @@ def mcp_result(tool: RemoteTool, answer: CallToolResult) -> ToolResult:
     resources) joined as the text, the structured content as JSON text when there is no
     text, images, audio and binary resources as attachments, ``isError`` as a failure; a
     text past ``LARGE_RESULT_CHARS`` is stored as a file and previewed."""
+    from mcp_types import (
+        AudioContent,
+        BlobResourceContents,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
     texts: list[str] = []
     attachments: list[dict[str, Any]] = []
     for part in answer.content:

@@ -15,7 +15,7 @@ of one role are merged (tool results first), as the API requires alternating rol
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, Final
@@ -24,12 +24,8 @@ import anthropic
 from anthropic.types import Message, RawMessageStreamEvent
 
 from agents.providers._sdk import (
-    SDK_CONFIG_KEYS,
-    ConfigCheck,
-    ConfigProblem,
     DeltaRuns,
     SDKProvider,
-    check_sdk_config,
     parse_arguments,
     provider_options,
 )
@@ -67,14 +63,6 @@ _FINISH: Final[dict[str, FinishReason]] = {
     "model_context_window_exceeded": "length",
     "refusal": "content_filter",
 }
-
-# Only the keys both SDK adapters read: this adapter reads none of its own.
-CONFIG_KEYS: Final[Mapping[str, ConfigCheck]] = SDK_CONFIG_KEYS
-
-
-def check_anthropic_config(config: object) -> list[ConfigProblem]:
-    """Every problem of an ``anthropic`` model's ``config`` (see ``check_sdk_config``)."""
-    return check_sdk_config(config, provider=PROVIDER, keys=CONFIG_KEYS)
 
 
 class AnthropicProvider(SDKProvider):

@@ -24,12 +24,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 
 from agents.providers._sdk import (
-    SDK_CONFIG_KEYS,
-    ConfigCheck,
-    ConfigProblem,
     DeltaRuns,
     SDKProvider,
-    check_sdk_config,
     parse_arguments,
     provider_options,
 )
@@ -52,6 +48,7 @@ from agents.providers.base import (
     ToolCallStart,
     Usage,
 )
+from agents.providers.config_keys import MAX_TOKENS_PARAMS
 from agents.providers.schemas import provider_tool_schema
 
 PROVIDER: Final = "openai"
@@ -63,23 +60,6 @@ _FINISH: Final[dict[str, FinishReason]] = {
     "length": "length",
     "content_filter": "content_filter",
 }
-
-MAX_TOKENS_PARAMS: Final = ("max_completion_tokens", "max_tokens")
-
-
-def _max_tokens_param(value: object) -> str | None:
-    return None if value in MAX_TOKENS_PARAMS else f"must be one of {', '.join(MAX_TOKENS_PARAMS)}"
-
-
-CONFIG_KEYS: Final[dict[str, ConfigCheck]] = {
-    **SDK_CONFIG_KEYS,
-    "max_tokens_param": _max_tokens_param,  # OpenAIProvider._params
-}
-
-
-def check_openai_config(config: object) -> list[ConfigProblem]:
-    """Every problem of an ``openai`` model's ``config`` (see ``check_sdk_config``)."""
-    return check_sdk_config(config, provider=PROVIDER, keys=CONFIG_KEYS)
 
 
 class OpenAIProvider(SDKProvider):

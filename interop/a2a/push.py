@@ -42,7 +42,6 @@ from threads.services.webhooks import (
     turn_endpoint_delete,
     turn_endpoint_save,
     turn_endpoints,
-    webhook_format_register,
     webhook_url_check,
 )
 
@@ -192,8 +191,3 @@ def push_config_delete(*, turn: Turn, config_id: str) -> None:
     row = _row(turn, config_id)
     if row is not None:
         turn_endpoint_delete(row=row)
-
-
-def push_register() -> None:
-    """Register the A2A body format with the webhook deliveries (``InteropConfig.ready``)."""
-    webhook_format_register(FORMAT, push_render)

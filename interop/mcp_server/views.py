@@ -17,14 +17,12 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from common.api import domain_error_response, error_body
 from common.connections import connection_returned
 from common.errors import AuthenticationFailed, DomainError
 from common.tenant_wall import tenant_enter, tenant_scope
 from interop.mcp_server.bridge import asgi_response
-from interop.mcp_server.server import caller, mcp_server
 from tenancy.authentication import bearer_token, principal_for_api_key
 from tenancy.principals import Principal
 from usage.quotas import request_admit
@@ -53,7 +51,12 @@ def _authenticated(authorization: str | None, remote_addr: str | None) -> Princi
 
 async def _served(request: HttpRequest) -> HttpResponseBase:
     """One request to the SDK's transport, by a manager of its own (stateless: nothing
-    outlives the request)."""
+    outlives the request). The SDK loads at the first request: a web process serving no MCP
+    client never pays its second of start."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from interop.mcp_server.server import mcp_server
+
     manager = StreamableHTTPSessionManager(app=mcp_server(), stateless=True)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -85,5 +88,7 @@ async def mcp_endpoint(request: HttpRequest) -> HttpResponseBase:
         )  # fmt: skip
         refused["Allow"] = "POST"
         return refused
+    from interop.mcp_server.server import caller
+
     caller.set(principal)
     return await _served(request)

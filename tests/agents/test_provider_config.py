@@ -10,8 +10,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents.models import Model
-from agents.providers.anthropic_provider import CONFIG_KEYS as ANTHROPIC_KEYS
-from agents.providers.openai_provider import CONFIG_KEYS as OPENAI_KEYS
+from agents.providers.config_keys import ANTHROPIC_CONFIG_KEYS as ANTHROPIC_KEYS
+from agents.providers.config_keys import OPENAI_CONFIG_KEYS as OPENAI_KEYS
 from tenancy.models import Tenant
 
 pytestmark = pytest.mark.django_db
