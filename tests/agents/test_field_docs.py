@@ -45,7 +45,7 @@ def test_every_field_of_every_definition_document_is_documented() -> None:
 
 
 def test_a_subclass_reads_its_documents_field_docs_and_an_unknown_field_has_none() -> None:
-    class Answer(DOCUMENTS["prompts"]):  # type: ignore[misc, valid-type]
+    class Answer(PromptDoc):
         extra: int = 0
 
     assert field_doc(Answer, "include_chat").startswith("The model sees the conversation")
