@@ -1,6 +1,7 @@
 """A definition service's refusal shown on a Django form (the admin's and the console's):
-each problem at the field its path starts with (``side_a.prompt`` at ``side_a``), naming
-the whole path; a problem of another definition at the top, naming that definition."""
+each problem at the deepest field its path names (``side_a.prompt`` at ``side_a-prompt`` in a
+form with an input per key of a side, else at ``side_a``), naming the whole path; a problem
+of another definition at the top, naming that definition."""
 
 from __future__ import annotations
 
@@ -11,16 +12,22 @@ from django import forms
 from common.errors import DomainError
 
 
-def top_field(path: str) -> str:
-    """The document field a problem's path starts with: ``tools[0].name`` -> ``tools``."""
-    return re.split(r"[.\[]", path, maxsplit=1)[0]
+def field_of(form: forms.BaseForm, path: str) -> str | None:
+    """The field of ``form`` a problem at ``path`` belongs to: the deepest one the path names,
+    its parts joined by ``-`` (``tools[2].blocking`` at ``tools-2``, ``side_a.prompt`` at
+    ``side_a-prompt``, else ``side_a``); None when the form has none (the top)."""
+    parts = [part for part in re.split(r"[.\[\]]+", path) if part]
+    for end in range(len(parts), 0, -1):
+        name = "-".join(parts[:end])
+        if name in form.fields:
+            return name
+    return None
 
 
 def add_problem(form: forms.BaseForm, path: str, message: str) -> None:
-    """``message`` at the field ``path`` starts with (naming the path), else at the top."""
-    field = top_field(path)
+    """``message`` at the field ``path`` names (naming the path), else at the top."""
     text = f"{path}: {message}" if path else message
-    form.add_error(field if field in form.fields else None, text)
+    form.add_error(field_of(form, path), text)
 
 
 def add_definition_problems(

@@ -1,153 +1,94 @@
-"""The agents pages' forms: a definition's top-level fields as inputs, and a bundle to
-import. They only shape input; the definition services validate it, and a refusal is shown
-at the field its path starts with (``side_a.prompt`` at ``side_a``)."""
+"""The agents pages' forms: a definition as structured inputs (:mod:`console.definition_fields`),
+the same definition as one JSON document (the "advanced" view), and a bundle to import. They
+only shape input; the definition services validate it, and a refusal is shown at the input its
+path names (``side_a.prompt`` at ``side_a-prompt``, ``tools[2].blocking`` at row 3)."""
 
 from __future__ import annotations
 
-import json
-import types
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 from django import forms
-from pydantic import StringConstraints
-from pydantic.fields import FieldInfo
+from django.utils.html import format_html
 
 from agents.bundles import MAX_BUNDLE_BYTES
-from agents.form_errors import add_definition_problems, top_field
+from agents.documents import Strict
+from agents.field_docs import field_doc
+from agents.form_errors import add_definition_problems, field_of
 from agents.models import DEFINITION_MODELS
 from agents.services import KEEP
 from agents.validation import SINGULAR, Kind
 from common.errors import DomainError, LimitExceeded, ValidationFailed
-from common.parsing import json_parse
+from console.definition_fields import (
+    MAX_TOOL_ROWS,
+    JsonField,
+    Pickers,
+    help_html,
+    input_for,
+    nested_document,
+    prompt_input,
+    tool_row_count,
+    tool_row_initial,
+    tool_row_inputs,
+    tools_entry,
+)
 
-# A string field longer than this (or without a pattern or a limit) is a textarea.
-LONG_TEXT = 200
 API_KEY = "api_key"
 REMOVE_API_KEY = "remove_api_key"
+# Nested documents shown folded, under "More settings", with the fields typed as JSON.
+FOLDED_GROUPS = frozenset({"reasoning", "compaction", "capabilities"})
 
 
-def _unwrapped(annotation: Any) -> tuple[Any, bool]:
-    """The annotation without ``Annotated`` and ``| None``, and whether None was allowed."""
-    optional = False
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            annotation = get_args(annotation)[0]
-        elif origin in (Union, types.UnionType) and type(None) in get_args(annotation):
-            rest = [arg for arg in get_args(annotation) if arg is not type(None)]
-            optional = True
-            if len(rest) != 1:
-                return annotation, optional
-            annotation = rest[0]
-        else:
-            return annotation, optional
+@dataclass
+class Section:
+    """A part of the form as the page lays it out: ``fields`` (a definition's plain inputs),
+    ``group`` (a nested document's, ``name`` its field), or ``tools`` (the rows)."""
 
+    kind: str
+    name: str = ""
+    doc: str = ""
+    fields: list[forms.BoundField] = field(default_factory=list)
+    rows: list[list[forms.BoundField]] = field(default_factory=list)
 
-def _constraints(annotation: Any) -> list[Any]:
-    """The metadata of every ``Annotated`` in ``annotation`` (through unions)."""
-    if get_origin(annotation) is Annotated:
-        inner, *metadata = get_args(annotation)
-        return [*metadata, *_constraints(inner)]
-    return [item for arg in get_args(annotation) for item in _constraints(arg)]
-
-
-def _is_long_text(info: FieldInfo) -> bool:
-    """A string without a pattern and longer than LONG_TEXT (or unlimited) is long text."""
-    for item in [*info.metadata, *_constraints(info.annotation)]:
-        if isinstance(item, StringConstraints):
-            return item.pattern is None and (item.max_length is None or item.max_length > LONG_TEXT)
-    return True
-
-
-def _input_for(info: FieldInfo) -> forms.Field:
-    """The form field for one document field, by its type."""
-    annotation, optional = _unwrapped(info.annotation)
-    required = info.is_required()
-    if annotation is bool:
-        return forms.BooleanField(required=False)
-    if annotation is int:
-        return forms.IntegerField(required=required)
-    if annotation is Decimal:
-        return forms.DecimalField(required=required)
-    if get_origin(annotation) is Literal:
-        choices = [(str(value), str(value)) for value in get_args(annotation)]
-        if optional:
-            choices.insert(0, ("", "(none)"))
-        return forms.ChoiceField(choices=choices, required=required)
-    if annotation is str:
-        widget = forms.Textarea(attrs={"rows": 4}) if _is_long_text(info) else forms.TextInput()
-        return forms.CharField(required=required, strip=False, widget=widget)
-    help_text = "JSON" + ("" if required else "; leave empty for the default")
-    return JsonField(
-        required=required, help_text=help_text,
-        widget=forms.Textarea(attrs={"rows": 6, "class": "json", "spellcheck": "false"}),
-    )  # fmt: skip
-
-
-class JsonField(forms.CharField):
-    """A JSON value typed as text; empty means "not given"."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(strip=True, **kwargs)
-
-    def to_python(self, value: Any) -> Any:
-        text = super().to_python(value)
-        if text is None or text in self.empty_values:
-            return None
-        try:
-            return json_parse(text, field=str(self.label or "value"))
-        except ValidationFailed as error:
-            raise forms.ValidationError(error.message) from error
-
-    def prepare_value(self, value: Any) -> Any:
-        if isinstance(value, str) or value is None:
-            return value
-        return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-class PromptTextField(JsonField):
-    """A prompt's parts: plain text when it is one text part (as a string is taken), else
-    the JSON list of parts; text that starts with ``[`` is read as that list."""
-
-    def to_python(self, value: Any) -> Any:
-        text = forms.CharField.to_python(self, value)
-        if text is None or text in self.empty_values:
-            return None
-        return super().to_python(text) if text.lstrip().startswith("[") else text
-
-    def prepare_value(self, value: Any) -> Any:
-        if (
-            isinstance(value, list) and len(value) == 1 and isinstance(value[0], Mapping)
-            and value[0].get("type") == "text" and isinstance(value[0].get("content"), str)
-            and not value[0]["content"].lstrip().startswith("[")
-        ):  # fmt: skip
-            return value[0]["content"]
-        return super().prepare_value(value)
-
-
-def _prompt_field(info: FieldInfo) -> forms.Field:
-    return PromptTextField(
-        required=info.is_required(),
-        help_text="The instructions as text; or a JSON list of parts "
-        '([{"type": "text", "content": …}, {"type": "include", "prompt": …}, …]).',
-        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "true"}),
-    )
+    @property
+    def invalid(self) -> bool:
+        return any(bound.errors for bound in [*self.fields, *(b for row in self.rows for b in row)])
 
 
 class DefinitionForm(forms.Form):
-    """One definition's document, a field per top-level key (a model's also takes a
-    write-only API key). ``document_data()`` is what the fields say; the services decide."""
+    """One definition's document as inputs (a model's also takes a write-only API key).
+    ``document_data()`` is what the inputs say; the services decide."""
 
-    def __init__(self, *args: Any, kind: Kind, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, kind: Kind, pickers: Pickers | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.kind = kind
+        self.pickers = pickers or Pickers()
         self.document = DEFINITION_MODELS[kind].DOCUMENT
+        self.groups: dict[str, tuple[type[Strict], bool]] = {}
+        self.tool_rows = 0
+        self._tools: list[Any] = []
         for name, info in self.document.model_fields.items():
-            prompt = kind == "prompts" and name == "prompt"
-            self.fields[name] = _prompt_field(info) if prompt else _input_for(info)
-            self.fields[name].label = name
+            nested = nested_document(info)
+            if kind == "prompts" and name == "prompt":
+                self.fields[name] = prompt_input(info)
+            elif kind == "prompts" and name == "tools":
+                self._add_tool_rows()
+            elif name == "hooks":
+                self.fields[name] = self._hooks_input()
+            elif nested is not None:
+                self.groups[name] = nested
+                for key, sub in nested[0].model_fields.items():
+                    # Whether a side's prompt is missing is the service's to say (a side
+                    # that may be left out is, when its inputs are empty).
+                    self.fields[f"{name}-{key}"] = input_for(nested[0], key, sub)
+                    self.fields[f"{name}-{key}"].required = False
+                    self.fields[f"{name}-{key}"].label = format_html("<code>{}</code>", key)
+            else:
+                self.fields[name] = input_for(self.document, name, info)
         if kind == "models":
             self.fields[API_KEY] = forms.CharField(
                 label="API key", required=False, strip=False,
@@ -159,26 +100,137 @@ class DefinitionForm(forms.Form):
                 label="Remove the stored API key", required=False
             )
 
-    @staticmethod
-    def initial_from(document: Mapping[str, Any]) -> dict[str, Any]:
-        """Initial values from a document as JSON (an unset optional value is empty)."""
-        return {name: value for name, value in document.items() if value is not None}
+    def _add_tool_rows(self) -> None:
+        """As many rows as the posted form holds, else the stored tools and one empty row."""
+        rows = tool_row_count(self.data) if self.is_bound else tool_row_count(self.initial) + 1
+        self.tool_rows = max(1, min(rows, MAX_TOOL_ROWS))
+        for index in range(self.tool_rows):
+            self.fields.update(tool_row_inputs(index))
+        if rows > MAX_TOOL_ROWS:
+            self.too_many_tools = rows
 
-    def document_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in self.document.model_fields]
+    def _hooks_input(self) -> forms.Field:
+        """The registry's hooks as checkboxes, those listed first in their order (hooks run
+        in the order listed), then the others by name."""
+        if self.is_bound:
+            posted = self.data.getlist("hooks") if hasattr(self.data, "getlist") else []
+            listed = [str(name) for name in posted]
+        else:
+            listed = list(self.initial.get("hooks") or [])
+        hooks = dict(self.pickers.hooks)
+        names = [*dict.fromkeys(listed), *sorted(set(hooks) - set(listed))]
+        choices = [(name, f"{name} ({hooks.get(name, 'not in the registry')})")
+                   for name in names]  # fmt: skip
+        doc = field_doc(self.document, "hooks")
+        if not choices:
+            doc += " The registry offers this tenant no hooks."
+        return forms.MultipleChoiceField(
+            label="hooks", required=False, choices=choices,
+            widget=forms.CheckboxSelectMultiple, help_text=help_html(doc),
+        )  # fmt: skip
+
+    @staticmethod
+    def initial_from(kind: Kind, document: Mapping[str, Any]) -> dict[str, Any]:
+        """A document's values as the inputs' initial values: a nested document's keys as
+        ``<field>-<key>``, a prompt's tools as rows; an unset optional value is left empty."""
+        fields = DEFINITION_MODELS[kind].DOCUMENT.model_fields
+        initial: dict[str, Any] = {}
+        for name, value in document.items():
+            if value is None or name not in fields:
+                continue
+            if kind == "prompts" and name == "tools":
+                initial.update(tool_row_initial(value))
+            elif nested_document(fields[name]) is not None and isinstance(value, Mapping):
+                initial.update({f"{name}-{key}": sub for key, sub in value.items()
+                                if sub is not None})  # fmt: skip
+            else:
+                initial[name] = value
+        return initial
+
+    # Layout --------------------------------------------------------------------------------
+
+    def sections(self) -> tuple[list[Section], list[Section]]:
+        """The page's sections: those shown, and those folded under "More settings"."""
+        shown: list[Section] = [Section("fields")]
+        folded: list[Section] = [Section("fields")]
+        for name in self.document.model_fields:
+            if name in self.groups:
+                model, _ = self.groups[name]
+                section = Section(
+                    "group", name, help_html(field_doc(self.document, name)),
+                    [self[f"{name}-{key}"] for key in model.model_fields],
+                )  # fmt: skip
+                (folded if name in FOLDED_GROUPS else shown).append(section)
+            elif name == "tools" and self.tool_rows:
+                rows = [[self[f"tools-{i}"], self[f"tools-{i}-approval"],
+                         self[f"tools-{i}-settings"]] for i in range(self.tool_rows)]  # fmt: skip
+                shown.append(
+                    Section("tools", name, help_html(field_doc(self.document, name)), rows=rows)
+                )
+            elif name in self.fields:
+                bound = self[name]
+                plain = not isinstance(bound.field, JsonField) or name == "prompt"
+                (shown if plain else folded)[0].fields.append(bound)
+        folded = [section for section in folded if section.fields or section.kind != "fields"]
+        return shown, folded
 
     def secret_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in (API_KEY, REMOVE_API_KEY) if name in self.fields]
 
+    # Reading -------------------------------------------------------------------------------
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if getattr(self, "too_many_tools", 0):
+            self.add_error(None, f"a prompt lists at most {MAX_TOOL_ROWS} tools here "
+                           f"(MAX_TOOL_ROWS); this form holds {self.too_many_tools}: "
+                           "use the JSON view or a bundle")  # fmt: skip
+        self._tools = []
+        for index in range(self.tool_rows):
+            name = str(cleaned.get(f"tools-{index}") or "").strip()
+            if f"tools-{index}-settings" in self.errors:
+                continue
+            entry, wrong, why = tools_entry(
+                name, str(cleaned.get(f"tools-{index}-approval") or ""),
+                cleaned.get(f"tools-{index}-settings"),
+            )  # fmt: skip
+            if wrong is not None:
+                self.add_error(f"tools-{index}" + (f"-{wrong}" if wrong else ""), why)
+            elif entry is not None:
+                self._tools.append(entry)
+        return cleaned
+
+    def definition_name(self, current: str | None) -> object:
+        return self.cleaned_data.get("name") or current
+
     def document_data(self) -> dict[str, Any]:
-        """The document the fields describe; an empty optional field takes its default."""
+        """The document the inputs describe; an empty optional input takes its default, a
+        nested document that may be left out is when none of its inputs say anything (its
+        checkboxes aside)."""
         data: dict[str, Any] = {}
         for name in self.document.model_fields:
-            value = self.cleaned_data.get(name)
-            if value is None or value == "":
+            if name in self.groups:
+                value: Any = self._group_data(name)
+            elif name == "tools" and self.tool_rows:
+                value = self._tools or None
+            else:
+                value = self.cleaned_data.get(name)
+            if value is None or value == "" or value == []:
                 continue
             data[name] = str(value) if isinstance(value, Decimal) else value
         return data
+
+    def _group_data(self, name: str) -> dict[str, Any] | None:
+        model, optional = self.groups[name]
+        values: dict[str, Any] = {}
+        said = False
+        for key in model.model_fields:
+            value = self.cleaned_data.get(f"{name}-{key}")
+            if value is None or value == "":
+                continue
+            values[key] = str(value) if isinstance(value, Decimal) else value
+            said = said or not _checkbox(self.fields[f"{name}-{key}"])
+        return values if said or not optional else None
 
     def api_key(self) -> object:
         """The ``api_key`` argument of ``definition_save``: KEEP, None (remove) or a key."""
@@ -188,12 +240,54 @@ class DefinitionForm(forms.Form):
             return None
         return self.cleaned_data.get(API_KEY) or KEEP
 
-    def add_domain_error(self, error: DomainError, *, name: str | None) -> None:
-        """A service's refusal: each problem in ``details`` at its field (a problem of
-        another definition, named, at the top), else the message at ``error.field``."""
+    def add_domain_error(self, error: DomainError, *, name: object) -> None:
+        """A service's refusal: each problem in ``details`` at the input its path names (a
+        problem of another definition, named, at the top), else the message at
+        ``error.field``."""
         if not add_definition_problems(self, error, kind=SINGULAR[self.kind], name=name):
-            field = top_field(error.field or "")
-            self.add_error(field if field in self.fields else None, error.message)
+            self.add_error(field_of(self, error.field or ""), error.message)
+
+
+def _checkbox(field: forms.Field) -> bool:
+    """A yes/no checkbox: always says something, so it alone does not make a nested
+    document present (a select of yes, no and not set does)."""
+    return isinstance(field, forms.BooleanField) and not isinstance(field, forms.NullBooleanField)
+
+
+class DefinitionJsonForm(forms.Form):
+    """A definition as one JSON document (the "advanced" view): every field, as the API
+    takes it."""
+
+    document = JsonField(
+        label="Definition (JSON)",
+        widget=forms.Textarea(attrs={"rows": 24, "class": "json", "spellcheck": "false"}),
+        help_text="The whole document, as PUT /api/v1/<kind>/<name> takes it.",
+    )
+
+    def __init__(self, *args: Any, kind: Kind, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+
+    def clean_document(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("document")
+        if not isinstance(value, dict):
+            raise forms.ValidationError("must be a JSON object: the definition's fields")
+        return value
+
+    def definition_name(self, current: str | None) -> object:
+        return self.cleaned_data.get("document", {}).get("name") or current
+
+    def document_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.cleaned_data["document"]
+        return data
+
+    def api_key(self) -> object:
+        return KEEP
+
+    def add_domain_error(self, error: DomainError, *, name: object) -> None:
+        if not add_definition_problems(self, error, kind=SINGULAR[self.kind], name=name):
+            path = error.field or ""
+            self.add_error(None, f"{path}: {error.message}" if path else error.message)
 
 
 class BundleForm(forms.Form):

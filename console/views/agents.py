@@ -29,6 +29,7 @@ from agents.bundles import (
     bundle_import,
     bundle_parse,
 )
+from agents.documents import LIFECYCLE_TOOLS
 from agents.models import DEFINITION_MODELS, Agent, CodeTool, Definition, Model, Prompt
 from agents.registry import current_registry
 from agents.services import (
@@ -43,7 +44,9 @@ from agents.services import (
 from agents.validation import KINDS, SINGULAR, Kind
 from common.audit import AuditAction
 from common.errors import DomainError
-from console.agent_forms import BundleForm, DefinitionForm
+from connectors.models import A2aAgent, McpServer
+from console.agent_forms import BundleForm, DefinitionForm, DefinitionJsonForm
+from console.definition_fields import Pickers
 from console.scope import console_of, console_view
 from console.views.common import page
 from tenancy.auditing import audit_by
@@ -112,8 +115,56 @@ def agents_index(request: HttpRequest) -> HttpResponse:
 # One definition ----------------------------------------------------------------------------
 
 
+DefinitionInput = DefinitionForm | DefinitionJsonForm
+
+
+def _pickers(tenant: Tenant) -> Pickers:
+    """What the definition forms offer to pick from, for ``tenant``: its models and prompts;
+    for a prompt's tools, the registry's tools, its code tools, prompts, agents, MCP servers
+    (each, and each tool of their cached listing) and A2A agents, and the lifecycle tools;
+    the registry's hooks."""
+    view = current_registry().visible_to(tenant.slug)
+
+    def names(model: type[Definition]) -> list[str]:
+        return list(
+            model.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True)
+        )
+
+    prompts, mcp = names(Prompt), McpServer.objects.for_tenant(tenant).order_by("name")
+    tools = [
+        *[(name, "registry tool") for name in sorted(view.tools)],
+        *[(name, "code tool") for name in names(CodeTool)],
+        *[(name, "prompt") for name in prompts],
+        *[(name, "agent") for name in names(Agent)],
+        *[(f"mcp:{server.name}", "every tool of an MCP server") for server in mcp],
+        *[(f"mcp:{server.name}/{tool['name']}", "MCP tool")
+          for server in mcp for tool in server.tools or () if isinstance(tool, dict)],
+        *[(f"a2a:{name}", "A2A agent") for name in
+          A2aAgent.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True)],
+        *[(name, "subagent lifecycle tool") for name in sorted(LIFECYCLE_TOOLS)],
+    ]  # fmt: skip
+    return Pickers(
+        models=tuple(names(Model)), prompts=tuple(prompts), tools=tuple(tools),
+        hooks=tuple((entry.id, str(entry.hook)) for entry in view.hooks.values()),
+    )  # fmt: skip
+
+
+def _form(
+    request: HttpRequest, kind: Kind, initial: dict[str, Any] | None = None
+) -> DefinitionInput:
+    """The definition form the request asks for: the structured one, or (``view=json``) the
+    whole document as JSON, bound to the posted data on a POST."""
+    data = request.POST if request.method == "POST" else None
+    if (request.POST if data is not None else request.GET).get("view") == "json":
+        document = None if initial is None else {"document": initial}
+        return DefinitionJsonForm(data, kind=kind, initial=document)
+    tenant = console_of(request).principal.tenant
+    structured = None if initial is None else DefinitionForm.initial_from(kind, initial)
+    return DefinitionForm(data, kind=kind, pickers=_pickers(tenant), initial=structured)
+
+
 def _save(
-    request: HttpRequest, form: DefinitionForm, row: Definition | None
+    request: HttpRequest, form: DefinitionInput, row: Definition | None
 ) -> HttpResponse | None:
     """Save what ``form`` says through ``definition_save`` over ``row`` (None: a new one),
     audited as the API audits it; the redirect to the saved definition, or None with the
@@ -136,7 +187,7 @@ def _save(
                 api_key_changed=api_key is not KEEP,
             )  # fmt: skip
     except DomainError as error:
-        form.add_domain_error(error, name=form.cleaned_data.get("name") or current)
+        form.add_domain_error(error, name=form.definition_name(current))
         return None
     messages.success(request, f"Saved {SINGULAR[form.kind]} {saved.row.name}.")
     for warning in saved.warnings:
@@ -145,16 +196,20 @@ def _save(
 
 
 def _definition_page(
-    request: HttpRequest, form: DefinitionForm, row: Definition | None
+    request: HttpRequest, form: DefinitionInput, row: Definition | None
 ) -> HttpResponse:
     document = document_json(row_document(row), omit_none=True) if row is not None else {}
-    shown = [_shown(name, document.get(name)) for name in form.document.model_fields]
+    fields = DEFINITION_MODELS[form.kind].DOCUMENT.model_fields
+    shown, folded = form.sections() if isinstance(form, DefinitionForm) else ([], [])
     return page(
         request, "console/agents/definition.html",
         {
             "form": form, "kind": form.kind, "singular": SINGULAR[form.kind], "row": row,
-            "shown": shown, "has_api_key": isinstance(row, Model) and row.has_api_key,
-            "nav": "agents",
+            "view": "json" if isinstance(form, DefinitionJsonForm) else "form",
+            "shown_sections": shown, "folded_sections": folded,
+            "folded_open": any(section.invalid for section in folded),
+            "shown": [_shown(name, document.get(name)) for name in fields],
+            "has_api_key": isinstance(row, Model) and row.has_api_key, "nav": "agents",
         },
     )  # fmt: skip
 
@@ -180,13 +235,12 @@ def definition_detail(request: HttpRequest, kind: str, name: str) -> HttpRespons
     known = _kind(kind)
     row = _definition(console_of(request).principal.tenant, known, name)
     if request.method == "POST":
-        form = DefinitionForm(request.POST, kind=known)
+        form = _form(request, known)
         saved = _save(request, form, row)
         if saved is not None:
             return saved
     else:
-        initial = DefinitionForm.initial_from(document_json(row_document(row), omit_none=True))
-        form = DefinitionForm(kind=known, initial=initial)
+        form = _form(request, known, document_json(row_document(row), omit_none=True))
     return _definition_page(request, form, row)
 
 
@@ -196,12 +250,12 @@ def definition_new(request: HttpRequest, kind: str) -> HttpResponse:
     """Create a definition of ``kind`` (as ``POST /api/v1/<kind>`` does)."""
     known = _kind(kind)
     if request.method == "POST":
-        form = DefinitionForm(request.POST, kind=known)
+        form = _form(request, known)
         saved = _save(request, form, None)
         if saved is not None:
             return saved
     else:
-        form = DefinitionForm(kind=known, initial=_defaults(known))
+        form = _form(request, known, _defaults(known))
     return _definition_page(request, form, None)
 
 
@@ -213,10 +267,8 @@ def _defaults(kind: Kind) -> dict[str, Any]:
         for name, info in fields.items()
         if not info.is_required()
     }
-    return DefinitionForm.initial_from(
-        {name: value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-         for name, value in found.items()}
-    )  # fmt: skip
+    return {name: value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+            for name, value in found.items() if value is not None}  # fmt: skip
 
 
 @require_POST

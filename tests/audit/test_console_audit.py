@@ -17,6 +17,7 @@ from audit.models import AuditEntry
 from common.time import now_us
 from tenancy.models import Tenant
 from tests.console.conftest import CHAT, Team, client_of, team_make
+from tests.console.definition_pages import posted_form
 from threads.models import Action, Schedule, Thread
 from threads.runtime.lifecycle import thread_open
 from threads.runtime.schedules import schedule_save
@@ -58,13 +59,10 @@ def _all_details(tenant: Tenant) -> str:
 # Definitions and bundles ----------------------------------------------------------------------
 
 
-def _prompt_form(**changes: Any) -> dict[str, Any]:
-    fields = {
-        "name": "p", "tool_description": "The chat prompt",
-        "prompt": json.dumps([{"type": "text", "content": "You help."}]), "model": "m",
-        "include_chat": "on", "tool_choice": "auto", "tools": '["current_time"]',
-    }  # fmt: skip
-    return {**fields, **changes}
+def _prompt_form(team: Team, **changes: Any) -> dict[str, Any]:
+    """The form of the team's prompt ``p`` as a browser posts it, changed."""
+    url = reverse("console:agents-definition", args=["prompts", "p"])
+    return posted_form(client_of(team.member), url, **changes)
 
 
 def test_console_definition_writes_record_the_users_diff_and_never_a_model_key(
@@ -80,8 +78,8 @@ def test_console_definition_writes_record_the_users_diff_and_never_a_model_key(
     created = client.post(reverse("console:agents-new", args=["code_tools"]), tool)
     taken = client.post(reverse("console:agents-new", args=["code_tools"]), tool)
     prompt_url = reverse("console:agents-definition", args=["prompts", "p"])
-    renamed = client.post(prompt_url, _prompt_form(name="p2"))  # the chat agent names p
-    described = client.post(prompt_url, _prompt_form(tool_description="Helps"))
+    renamed = client.post(prompt_url, _prompt_form(team, name="p2"))  # the chat agent names p
+    described = client.post(prompt_url, _prompt_form(team, tool_description="Helps"))
     keyed = client.post(reverse("console:agents-definition", args=["models", "m"]), model)
     deleted = client.post(reverse("console:agents-delete", args=["code_tools", "shout"]))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.models import Prompt
+from agents.models import Agent, Prompt
 from tests.console.conftest import CHAT, Team, log_in
 from tests.console.test_browser import _assert_accessible
 from tests.live import Live
@@ -69,14 +69,58 @@ def test_a_definitions_refusal_is_shown_at_its_field(page: Any, served: Live, te
     log_in(page, served, team.member)
     page.goto(f"/console/agents/agents/{CHAT}/")
 
-    page.get_by_label("side_a").fill('{"prompt": "absent"}')
+    page.locator("#id_side_a-prompt").fill("absent")
     page.get_by_role("button", name="Save").click()
-    errors = page.locator('[data-field="side_a"] .field-errors')
+    errors = page.locator('[data-field="side_a-prompt"] .field-errors')
     errors.wait_for()
 
     assert "side_a.prompt" in errors.inner_text()
-    assert page.get_by_label("side_a").get_attribute("aria-invalid") == "true"
+    assert page.locator("#id_side_a-prompt").get_attribute("aria-invalid") == "true"
     _assert_accessible(page)
+
+
+def test_the_structured_forms_make_a_prompt_and_an_agent_that_answer_with_a_tool(
+    page: Any, served: Live, team: Team
+) -> None:
+    log_in(page, served, team.member)
+    page.goto("/console/agents/new/prompts/")
+    _assert_accessible(page)
+    page.locator("#id_name").fill("clock_helper")
+    page.locator("#id_tool_description").fill("Tells the time")
+    page.locator("#id_prompt").fill("You tell the time.")
+    page.locator("#id_model").fill("m")
+    page.locator("#id_include_chat").check()
+    page.get_by_label("Tool 1", exact=True).fill("current_time")
+    page.get_by_role("button", name="Add a tool").click()
+    page.get_by_label("Tool 2", exact=True).fill("p")
+    page.get_by_label("Approval of tool 2").select_option("deny")
+    page.get_by_role("button", name="Create prompt").click()
+    page.locator(".flash li", has_text="Saved prompt clock_helper").wait_for()
+
+    page.goto("/console/agents/new/agents/")
+    page.locator("#id_name").fill("clock")
+    page.locator("#id_side_a-prompt").fill("clock_helper")
+    page.locator("#id_side_a-label").fill("Clock")
+    page.get_by_role("button", name="Create agent").click()
+    page.locator(".flash li", has_text="Saved agent clock").wait_for()
+
+    page.goto("/console/threads/new/")
+    page.get_by_label("Agent").select_option("clock")
+    page.get_by_role("button", name="Choose").click()
+    page.get_by_role("button", name="Create thread").click()
+    page.locator("#connection", has_text="Live").wait_for()
+    page.get_by_label("Message").fill("what time is it?")
+    page.get_by_label("Message").press("Enter")
+    page.locator("details.tool-call[data-tool=current_time]").wait_for()
+    answer = page.locator(".message.role-assistant .content", has_text="It is")
+    answer.wait_for()
+
+    prompt = Prompt.objects.for_tenant(team.tenant).get(name="clock_helper")
+    agent = Agent.objects.for_tenant(team.tenant).get(name="clock")
+    assert prompt.tools == ["current_time", {"name": "p", "approval": "deny"}]
+    assert prompt.include_chat is True
+    assert agent.side_a == {**agent.side_a, "prompt": "clock_helper", "label": "Clock"}
+    assert "It is" in answer.inner_text()
 
 
 @pytest.mark.parametrize("role", ["member", "reader"])

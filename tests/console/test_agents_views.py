@@ -18,6 +18,7 @@ from django.urls import reverse
 from agents.bundles import bundle_import
 from agents.models import Agent, CodeTool, Model, Prompt
 from tests.console.conftest import CHAT, Team, client_of, team_make
+from tests.console.definition_pages import posted_form
 from tests.factories import make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -59,14 +60,16 @@ def _entry_html(html: str, entry: str) -> str:
     return found.group(1)
 
 
-def _prompt_form(**changes: Any) -> dict[str, Any]:
-    """The form fields of the team's prompt ``p``, changed."""
-    fields = {
-        "name": "p", "tool_description": "The chat prompt",
-        "prompt": json.dumps([{"type": "text", "content": "You help."}]), "model": "m",
-        "include_chat": "on", "tool_choice": "auto", "tools": '["current_time"]',
-    }  # fmt: skip
-    return {**fields, **changes}
+def _prompt_form(team: Team, **changes: Any) -> dict[str, Any]:
+    """The form of the team's prompt ``p`` as a browser posts it, changed."""
+    return posted_form(client_of(team.member), _definition_url("prompts", "p"), **changes)
+
+
+def _cell_html(html: str, field: str) -> str:
+    """The markup of one input of a prompt's tools rows (its input and errors)."""
+    found = re.search(rf'<td data-field="{field}">(.*?)</td>', html, re.DOTALL)
+    assert found is not None, f"no cell {field}"
+    return found.group(1)
 
 
 # The index and a definition's page ----------------------------------------------------------
@@ -90,14 +93,18 @@ def test_definition_page_shows_top_level_fields_as_inputs_by_type(team: Team) ->
     assert 'type="checkbox" name="include_chat"' in _field_html(html, "include_chat")
     assert "checked" in _field_html(html, "include_chat")
     assert '<option value="auto" selected>' in _field_html(html, "tool_choice")
-    assert "&quot;current_time&quot;" in _field_html(html, "tools")
-    assert 'class="json"' in _field_html(html, "tools")
+    assert 'value="current_time"' in _cell_html(html, "tools-0")
+    assert 'list="pick-tools"' in _cell_html(html, "tools-0")
+    assert "value=" not in _cell_html(html, "tools-1")  # an empty row, to add one more
+    assert 'class="json"' in _field_html(html, "env")
     assert '<label for="id_model"><code>model</code>' in html
+    assert 'list="pick-models"' in _field_html(html, "model")
+    assert "The model sees the conversation." in _field_html(html, "include_chat")
 
 
 def test_saving_a_definition_writes_through_the_service(team: Team) -> None:
     answer = client_of(team.member).post(
-        _definition_url("prompts", "p"), _prompt_form(tool_description="Helps with time")
+        _definition_url("prompts", "p"), _prompt_form(team, tool_description="Helps with time")
     )
 
     assert answer.status_code == 302
@@ -112,11 +119,13 @@ def test_a_prompts_text_is_edited_as_text_and_parts_as_json(team: Team) -> None:
     shown = _field_html(client.get(_definition_url("prompts", "p")).content.decode(), "prompt")
 
     as_text = client.post(
-        _definition_url("prompts", "p"), _prompt_form(prompt="Be brief.\nBe kind.")
+        _definition_url("prompts", "p"), _prompt_form(team, prompt="Be brief.\nBe kind.")
     )
     text_parts = Prompt.objects.for_tenant(team.tenant).get(name="p").prompt
     parts = [{"type": "text", "content": "One."}, {"type": "text", "content": "Two."}]
-    as_json = client.post(_definition_url("prompts", "p"), _prompt_form(prompt=json.dumps(parts)))
+    as_json = client.post(
+        _definition_url("prompts", "p"), _prompt_form(team, prompt=json.dumps(parts))
+    )
     json_parts = Prompt.objects.for_tenant(team.tenant).get(name="p").prompt
 
     assert ">\nYou help.</textarea>" in shown
@@ -127,7 +136,7 @@ def test_a_prompts_text_is_edited_as_text_and_parts_as_json(team: Team) -> None:
 
 def test_a_reference_error_is_shown_at_its_field_and_nothing_changes(team: Team) -> None:
     answer = client_of(team.member).post(
-        _definition_url("prompts", "p"), _prompt_form(model="nope")
+        _definition_url("prompts", "p"), _prompt_form(team, model="nope")
     )
 
     html = answer.content.decode()
@@ -139,12 +148,10 @@ def test_a_reference_error_is_shown_at_its_field_and_nothing_changes(team: Team)
 
 
 def test_an_error_inside_a_field_names_its_full_path_at_that_field(team: Team) -> None:
-    answer = client_of(team.member).post(
-        _definition_url("agents", CHAT),
-        {"name": CHAT, "type": "ai_human", "side_a": '{"prompt": "missing"}'},
-    )
+    client, url = client_of(team.member), _definition_url("agents", CHAT)
+    answer = client.post(url, posted_form(client, url, **{"side_a-prompt": "missing"}))
 
-    errors = _field_html(answer.content.decode(), "side_a")
+    errors = _field_html(answer.content.decode(), "side_a-prompt")
     assert "side_a.prompt: " in errors
     assert "missing" in errors
     assert Agent.objects.for_tenant(team.tenant).get(name=CHAT).side_a["prompt"] == "p"
@@ -152,23 +159,25 @@ def test_an_error_inside_a_field_names_its_full_path_at_that_field(team: Team) -
 
 def test_a_structural_error_is_shown_at_its_field(team: Team) -> None:
     answer = client_of(team.member).post(
-        _definition_url("prompts", "p"), _prompt_form(tools='[{"nmae": "current_time"}]')
+        _definition_url("prompts", "p"), _prompt_form(team, **{"tools-0-settings": '{"nmae": 1}'})
     )
 
-    errors = _field_html(answer.content.decode(), "tools")
-    assert "tools[0]" in errors
+    errors = _cell_html(answer.content.decode(), "tools-0")
+    assert "tools[0].nmae" in errors
     assert Prompt.objects.for_tenant(team.tenant).get(name="p").tools == ["current_time"]
 
 
 def test_text_that_is_not_json_is_refused_at_its_field(team: Team) -> None:
-    answer = client_of(team.member).post(_definition_url("prompts", "p"), _prompt_form(env="{x"))
+    answer = client_of(team.member).post(
+        _definition_url("prompts", "p"), _prompt_form(team, env="{x")
+    )
 
     assert "not JSON" in _field_html(answer.content.decode(), "env")
 
 
 def test_another_definitions_problem_is_shown_at_the_top_naming_it(team: Team) -> None:
     answer = client_of(team.member).post(
-        _definition_url("prompts", "p"), _prompt_form(name="p_renamed")
+        _definition_url("prompts", "p"), _prompt_form(team, name="p_renamed")
     )
 
     html = answer.content.decode()
@@ -282,7 +291,7 @@ def test_read_only_members_forged_posts_are_refused_403_with_no_side_effect(team
     bundle = yaml.safe_dump({"version": 1, "models": [
         {"name": "forged", "provider": "scripted", "model_id": "scripted"}]})  # fmt: skip
     posts = [
-        (_definition_url("prompts", "p"), _prompt_form(tool_description="forged")),
+        (_definition_url("prompts", "p"), _prompt_form(team, tool_description="forged")),
         (reverse("console:agents-new", args=["models"]), _model_form(name="forged")),
         (reverse("console:agents-delete", args=["agents", CHAT]), {}),
         (reverse("console:agents-import"), {"document": bundle, "apply": "1"}),

@@ -35,7 +35,9 @@ PARAMETERS = [
     "tools", "side_a", "api_key", "remove_api_key", "tool_description", "provider", "base_url",
     "description", "url", "tools_ttl_s", "card_ttl_s", "call_timeout_s", "auth_type",
     "auth_token", "auth_header_name", "auth_header_value", "auth_client_id", "auth_token_url",
-    "auth_scopes", "auth_client_secret",
+    "auth_scopes", "auth_client_secret", "view", "tools-0", "tools-0-approval", "tools-0-settings",
+    "tools-999", "hooks", "compaction-trigger", "compaction-context_window", "reasoning-include",
+    "reasoning-effort",
 ]  # fmt: skip
 # The run-code form's source is run, once per junk value (the sandbox is real).
 RUN_CODE = "thread-code-run"
