@@ -3,11 +3,16 @@ runs ``python -m MODULE ARG ...`` and runs it again whenever a ``.py`` file unde
 directory changes (watchfiles).
 
 A fresh interpreter spends most of its start-up importing the same third-party libraries
-(the model providers' SDKs, the MCP client, OpenTelemetry: over half of a web process's
-import time). This process imports those once (:data:`PRELOAD`) and starts each run as a
-fork of itself, so a run imports only the project's modules and Django's set-up: a reload
-takes about a quarter of a cold start. Nothing of the project is imported here, so every
-run sees the code as it is on disk; a library upgrade needs ``make dev`` started again.
+(the model providers' SDKs, the MCP client, OpenTelemetry, parts of Django: most of a web
+process's import time). This process imports those once (:data:`PRELOAD`) and starts each
+run as a fork of itself, so a run imports only the project's modules, what needs Django's
+settings, and Django's set-up: a web run answers about a second after its fork. Nothing of
+the project is imported here, nor Django's settings read, so every run sees the code as it
+is on disk; a library upgrade needs ``make dev`` started again.
+
+``--delay S`` starts the new run S seconds after the old one stopped: ``make dev`` gives it
+to the worker, so that on two cores the web's restart, which the developer waits for, does
+not share them with the worker's. A change within those seconds restarts the run once more.
 
 A run that fails (a syntax error in the edited file) prints its traceback and exits; the
 next change starts it again. SIGTERM or SIGINT stops the run (its process group: SIGKILL
@@ -37,33 +42,51 @@ PRELOAD = (
     "opentelemetry.metrics", "pydantic", "httpx", "yaml", "redis", "psycopg", "celery",
     "kombu", "uvicorn", "django.db.models", "django.http", "django.template", "channels",
     "jsonschema", "a2a.server.request_handlers", "a2a.compat.v0_3.conversions", "ag_ui.core",
-    "requests", "django.core.management", "rest_framework.fields",
+    "requests", "django.core.management", "rest_framework.fields", "django.core.handlers.asgi",
+    "django.contrib.admin", "django.views.debug", "django.db.backends.postgresql.base",
+    "django_stubs_ext", "jinja2", "httpcore2", "h11", "prometheus_client", "kombu.pidbox",
+    "celery.beat", "a2a.server.routes", "a2a.client", "PIL.Image", "psycopg_pool", "croniter",
+    "whitenoise.middleware", "corsheaders.middleware", "channels.routing",
 )  # fmt: skip
 STOP_GRACE_S = 3.0
 
 
 def preload(modules: Sequence[str] = PRELOAD) -> list[str]:
-    """Import ``modules``, skipping those that fail; the ones imported."""
+    """Import ``modules``, skipping those that fail; the ones imported. Django's settings are
+    out of reach meanwhile (no ``DJANGO_SETTINGS_MODULE``): a module that reads them as it
+    imports fails here, instead of importing the project's settings into every run."""
+    settings_module = os.environ.pop("DJANGO_SETTINGS_MODULE", None)  # noqa: TID251 - restored below
     imported = []
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: S112 - a library that needs set-up is left to the run
-            continue
-        imported.append(module)
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: S112 - a library that needs set-up is left to the run
+                continue
+            imported.append(module)
+    finally:
+        if settings_module is not None:
+            os.environ["DJANGO_SETTINGS_MODULE"] = settings_module  # noqa: TID251
     return imported
 
 
 def forget(directories: Sequence[Path]) -> list[str]:
     """Take the modules loaded from under ``directories`` out of ``sys.modules`` (this one's
     package, ``config``, and what its ``__init__`` imports), so that a run imports them from
-    disk; their names."""
-    roots = [directory.resolve() for directory in directories]
+    disk; their names. Each module's directory is resolved once: a run starts with thousands
+    of modules loaded, from a few hundred directories."""
+    roots = tuple(os.path.join(os.path.realpath(directory), "") for directory in directories)
+    resolved: dict[str, str] = {}
     forgotten = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if name != "__main__" and path and any(Path(path).resolve().is_relative_to(root)
-                                               for root in roots):  # fmt: skip
+        if name == "__main__" or not isinstance(path, str):
+            continue
+        folder = os.path.dirname(path)
+        if folder not in resolved:
+            resolved[folder] = os.path.join(os.path.realpath(folder), "")
+        real = os.path.realpath(path) if os.path.islink(path) else resolved[folder]
+        if real.startswith(roots):
             del sys.modules[name]
             forgotten.append(name)
     return forgotten
@@ -122,6 +145,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.devreload", description=__doc__)
     parser.add_argument("--watch", action="append", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--delay", type=float, default=0.0, metavar="S",
+                        help="start the run again S seconds after it stopped")  # fmt: skip
     parser.add_argument("module")
     parser.add_argument("arguments", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
@@ -134,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"devreload: {', '.join(names)} changed; restarting {options.module}",
                   file=sys.stderr, flush=True)  # fmt: skip
             stop(pid)
+            time.sleep(options.delay)
             pid = start(options.module, options.arguments, watched=options.watch)
     except KeyboardInterrupt:
         pass

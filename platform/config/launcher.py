@@ -57,6 +57,9 @@ UVICORN_JSON_LOGS = Path(__file__).with_name("uvicorn_logging.json")
 
 # Packages at the repository's root that ``make dev`` does not watch: no process runs them.
 NOT_WATCHED = frozenset({"tests", "bench"})
+# ``make dev``: after a change the worker starts again this much later than the web, which
+# starts in about two seconds; together they would share two cores (config.devreload).
+WORKER_RELOAD_DELAY_S = 2.0
 
 
 class LaunchError(RuntimeError):
@@ -181,8 +184,9 @@ def dev_commands(
 ) -> dict[str, list[str]]:
     """``make dev``'s processes: ``make run``'s with one worker, and one web process; the web
     and the worker under :mod:`config.devreload`, which starts them again when a ``.py`` file
-    under :func:`source_dirs` changes; with ``bundle``, a ``bundle`` process importing that
-    file into the demo tenant at each change (``manage.py dev_bundle``)."""
+    under :func:`source_dirs` changes (the worker :data:`WORKER_RELOAD_DELAY_S` later); with
+    ``bundle``, a ``bundle`` process importing that file into the demo tenant at each change
+    (``manage.py dev_bundle``)."""
     python = sys.executable
     reload = [python, "-m", "config.devreload",
               *[arg for path in source_dirs() for arg in ("--watch", str(path))], "--"]  # fmt: skip
@@ -190,7 +194,8 @@ def dev_commands(
     web = commands["web"]
     at = web.index("--workers")
     commands["web"] = [*reload, *web[2:at], "--workers", "1", *web[at + 2 :]]
-    commands["worker-1"] = [*reload, *commands["worker-1"][2:]]  # after "python -m"
+    commands["worker-1"] = [*reload[:-1], "--delay", f"{WORKER_RELOAD_DELAY_S:g}", "--",
+                            *commands["worker-1"][2:]]  # after "python -m"  # fmt: skip
     if bundle is not None:
         commands["bundle"] = [python, str(env.REPO_DIR / "manage.py"), "dev_bundle",
                               str(bundle)]  # fmt: skip

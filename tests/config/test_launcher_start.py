@@ -10,7 +10,13 @@ import time
 from pathlib import Path
 
 from config import env
-from config.launcher import dev_commands, port_problem, process_commands, source_dirs
+from config.launcher import (
+    WORKER_RELOAD_DELAY_S,
+    dev_commands,
+    port_problem,
+    process_commands,
+    source_dirs,
+)
 
 # A database that does not exist: a launcher that got as far as migrating would fail on it.
 NO_DATABASE = "postgresql://postgres@127.0.0.1:5432/no_such_database_for_the_port_check"
@@ -70,7 +76,10 @@ def test_make_dev_runs_one_reloaded_web_and_worker_and_the_watched_bundle(tmp_pa
     assert commands["web"][len(reload) : len(reload) + 2] == ["uvicorn", "config.asgi:application"]
     assert commands["web"][commands["web"].index("--workers") + 1] == "1"
     run = process_commands("127.0.0.1", 8123, workers=1, var_dir=tmp_path)
-    assert commands["worker-1"] == [*reload, *run["worker-1"][2:]]
+    # The worker starts again after the web, not beside it.
+    delayed = [*reload[:-1], "--delay", f"{WORKER_RELOAD_DELAY_S:g}", "--"]
+    assert commands["worker-1"] == [*delayed, *run["worker-1"][2:]]
+    assert WORKER_RELOAD_DELAY_S > 0
     assert commands["beat"] == run["beat"]
     assert commands["bundle"][-2:] == ["dev_bundle", str(bundle)]
     assert str(env.REPO_DIR / "platform") in watched
