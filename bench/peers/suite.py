@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from bench.harness import Row, benchmark, cpu_calibration_ms
-from bench.peers import aegra, ours, report, scenarios
+from bench.harness import RESULTS_DIR, Row, benchmark, cpu_calibration_ms
+from bench.peers import aegra, ours, regression, report, scenarios
 from bench.peers.databases import fresh_database
 from bench.peers.scenarios import Outcome, Sizes
 from bench.peers.workload import INSTANT, SLOW, Running
@@ -102,11 +102,15 @@ def compare(sizes: Sizes) -> list[Row]:
             results[name].append(_repetition(name, starters[name], sizes))
     plan = report.plan(sizes)
     print(f"\n{report.figures_table(results, plan)}\n\n{report.cpu_table(results, plan)}\n")
-    return report.rows(
+    rows = report.rows(
         results, plan, repetitions=sizes.repetitions, peer=aegra.REQUIREMENT,
         peer_ran=report.PEER in starters, load_avg_1m_at_start=load,
         cpu_calibration_ms_at_start=calibration, cpu_calibration_ms_at_end=cpu_calibration_ms(),
     )  # fmt: skip
+    previous = regression.last_comparable(
+        regression.recorded_runs(RESULTS_DIR / "history.jsonl"), calibration
+    )
+    return regression.guarded(rows, previous)
 
 
 @benchmark("peers")
