@@ -16,6 +16,7 @@ from threads.api import (
     permissions,
     sessions,
     subagents,
+    thread_start,
     turn_stream,
     turn_wait,
     turns,
@@ -51,6 +52,7 @@ thread_routes = [
 urlpatterns = [
     *env.tenant_urlpatterns,
     *permissions.urlpatterns,
+    *thread_start.urlpatterns,
     *router.urls,
     *sessions.urlpatterns,
     *turns.turn_urlpatterns,

@@ -55,6 +55,20 @@ def test_a_create_repeated_with_one_idempotency_key_answers_the_first_thread(
     assert (reused.value.code, reused.value.field) == ("idempotency_key_reused", "Idempotency-Key")
 
 
+def test_a_thread_created_with_its_first_input_runs_it(client: Client, chat: str) -> None:
+    thread = client.threads.create(chat, input="hello")
+    waited = client.turns.wait(thread["turn"]["id"], timeout=30)
+    answer = client.threads.create_and_wait(chat, {"content": "again"}, timeout=30)
+
+    assert thread["turn"]["message"]["content"] == "hello"
+    assert waited["messages"][-1]["content"] == "You said: hello"
+    assert (answer["done"], answer["messages"][-1]["content"]) == (True, "You said: again")
+    assert answer["thread"]["id"] != thread["id"]
+    with pytest.raises(ValidationError) as refused:
+        client.threads.create(chat, input={"content": ""})
+    assert refused.value.field == "input.content"
+
+
 def test_threads_are_listed_a_page_at_a_time_and_iterated_across_pages(
     client: Client, chat: str
 ) -> None:

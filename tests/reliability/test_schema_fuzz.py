@@ -243,6 +243,11 @@ BODY_VALUES: dict[str, dict[str, Any]] = {
         "body.input.content": "hello",
         "query.timeout": 0,
     },
+    "POST /api/v1/threads/wait": {
+        "body.agent": "helper",
+        "body.input.content": "hello",
+        "query.timeout": 0,
+    },
     "POST /api/v1/prompts/": {"body.model": "fast"},
     "PUT /api/v1/prompts/{name}/": {"body.model": "fast"},
     "POST /api/v1/agents/": {"body.side_a.prompt": "assistant"},

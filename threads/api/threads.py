@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -14,15 +16,18 @@ from common.audit import AuditAction
 from common.inputs import StrictInput, StrictMapField
 from common.schema import error_responses, microseconds
 from tenancy.auditing import audit_by
+from tenancy.principals import Principal
 from tenancy.viewsets import TenantScopedViewSet
 from threads.api.base import IDEMPOTENCY_KEY, idempotent
+from threads.api.messages import MessageInput
 from threads.api.run_outputs import (
     ActionSerializer,
     TurnSerializer,
     VariableRequestSerializer,
 )
+from threads.api.turns import SubmittedTurnSerializer, message_submit, submitted_json
 from threads.events import session_id_of
-from threads.models import EnvType, RunStatus, Thread
+from threads.models import EnvType, RunStatus, Thread, Turn
 from threads.models.threads import TITLE_MAX
 from threads.runtime.lifecycle import thread_open_counted
 from threads.services.env import EnvInput
@@ -124,6 +129,11 @@ class ThreadCreateInput(StrictInput):
     tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
     metadata = serializers.DictField(required=False)
     env = EnvField(required=False, help_text="values are write-only")
+    input = MessageInput(
+        required=False,
+        help_text="the first turn's message, as `POST .../turns` takes it: with it the thread "
+        "is created and the turn queued together, or neither",
+    )
 
 
 class ThreadUpdateInput(StrictInput):
@@ -252,6 +262,21 @@ class ThreadReadSerializer(ThreadSerializer):
     )
 
 
+class ThreadCreateAnswerSerializer(ThreadSerializer):
+    """A new thread; created with an `input`, the turn it queued."""
+
+    turn = SubmittedTurnSerializer(
+        required=False, help_text="with an `input`: the first turn, as `POST .../turns` answers it"
+    )
+
+
+CREATE_DESCRIPTION = (
+    "With `input`, the thread is created and its first turn queued in one transaction (the "
+    "answer adds `turn`, as `POST .../turns` answers it); a refused input creates no thread. "
+    "A repeat with the same `Idempotency-Key` answers the first thread and creates nothing."
+)
+
+
 class ThreadDeletedSerializer(serializers.Serializer[Any]):
     """What deleting a thread removed."""
 
@@ -263,6 +288,36 @@ LIST_DESCRIPTION = (
     "know (`lost`, `stale`, `streaming`, `waiting_resource`), or `running`, `retrying` or "
     "`queued`, is looked for among the newest 1000 threads stored in a status it can come from."
 )
+
+
+def thread_opener(
+    principal: Principal, data: dict[str, Any], created: list[Turn]
+) -> Callable[[], tuple[int, dict[str, Any]]]:
+    """Creates the thread of ``POST /threads`` (and ``/threads/wait``) and queues the
+    ``input``'s turn (appended to ``created``) through the services ``POST .../turns`` calls,
+    so every check of both applies, in one transaction: a refused input leaves no thread."""
+    given = data.get("input")
+
+    def create() -> tuple[int, dict[str, Any]]:
+        with transaction.atomic() if given is not None else contextlib.nullcontext():
+            thread, counts = thread_open_counted(
+                tenant=principal.tenant,
+                agent_name=data["agent"],
+                user_id=data.get("user_id", ""),
+                title=data.get("title", ""),
+                tags=data.get("tags", []),
+                metadata=data.get("metadata"),
+                env=data.get("env"),
+            )
+            if given is None:
+                return status.HTTP_201_CREATED, thread_json(thread, counts=counts)
+            turn = message_submit(principal, thread, given, prefix="input.")
+            thread.refresh_from_db()
+            body = thread_json(thread, counts=counts)
+        created.append(turn)
+        return status.HTTP_201_CREATED, {**body, "turn": submitted_json(turn)}
+
+    return create
 
 
 class ThreadViewSet(TenantScopedViewSet):
@@ -289,29 +344,20 @@ class ThreadViewSet(TenantScopedViewSet):
         )
 
     @extend_schema(
-        summary="Create a thread", request=ThreadCreateInput, parameters=[IDEMPOTENCY_KEY],
-        responses={201: ThreadSerializer, **error_responses(409)}, operation_id="threads_create",
+        summary="Create a thread", description=CREATE_DESCRIPTION, request=ThreadCreateInput,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: ThreadCreateAnswerSerializer, **error_responses(409)},
+        operation_id="threads_create",
     )  # fmt: skip
     def create(self, request: Request) -> Response:
         """A thread of ``agent``; its ``after_thread_created`` hooks run and its immediate
-        subagents start. With an ``Idempotency-Key``, a repeat answers the first thread."""
+        subagents start. With ``input``, its first turn is queued in the same transaction.
+        With an ``Idempotency-Key``, a repeat answers the first thread."""
         payload = ThreadCreateInput(data=request.data)
         payload.is_valid(raise_exception=True)
-        data = payload.validated_data
-
-        def create() -> tuple[int, dict[str, Any]]:
-            thread, counts = thread_open_counted(
-                tenant=self.principal.tenant,
-                agent_name=data["agent"],
-                user_id=data.get("user_id", ""),
-                title=data.get("title", ""),
-                tags=data.get("tags", []),
-                metadata=data.get("metadata"),
-                env=data.get("env"),
-            )
-            return status.HTTP_201_CREATED, thread_json(thread, counts=counts)
-
-        return idempotent(request, self.principal, create)
+        return idempotent(
+            request, self.principal, thread_opener(self.principal, payload.validated_data, [])
+        )
 
     @extend_schema(
         summary="Get a thread and its read model", responses=ThreadReadSerializer,

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -112,19 +112,35 @@ WAIT_ANSWER = OpenApiResponse(
 )
 
 
-def _waited(request: Request, turn: Turn, timeout: float, since: float) -> HttpResponseBase:
+def _with_extra(body: bytes, extra: Mapping[str, Any] | None) -> bytes:
+    """``body`` (a JSON object) with ``extra``'s keys added: what a route that waits as a
+    part of more work answers besides the turn (``POST /threads/wait``: the thread)."""
+    if not extra:
+        return body
+    return json.dumps({**json.loads(body), **extra}, cls=DjangoJSONEncoder).encode()
+
+
+def waited(
+    request: Request,
+    turn: Turn,
+    timeout: float,
+    since: float,
+    extra: Mapping[str, Any] | None = None,
+) -> HttpResponseBase:
     """The wait's answer for ``turn``: at once when it is terminal, else a body written on
     the event loop (under ASGI) once it is or ``timeout`` seconds passed. ``since``
     (``time.monotonic()``) is no later than the read or write that gave ``turn`` its
-    status."""
+    status. ``extra``: keys added to the answer."""
     if turn.status in _ANSWERED:  # nothing to wait for
-        return HttpResponse(_answer(turn), content_type="application/json")
+        return HttpResponse(_with_extra(_answer(turn), extra), content_type="application/json")
     if not isinstance(request._request, ASGIRequest):
-        return StreamingHttpResponse(_wait_sync(turn, timeout), content_type="application/json")
+        body = _wait_sync(turn, timeout, extra)
+        return StreamingHttpResponse(body, content_type="application/json")
     # The wait holds no connection: this thread's goes back to the pool now (a read after a
     # notice takes one), or concurrent waits would starve the other requests of the pool.
     connection_release()
-    return StreamingHttpResponse(_wait_async(turn, timeout, since), content_type="application/json")
+    body_async = _wait_async(turn, timeout, since, extra)
+    return StreamingHttpResponse(body_async, content_type="application/json")
 
 
 class TurnWaitView(TurnScopedView):
@@ -140,7 +156,7 @@ class TurnWaitView(TurnScopedView):
         since = time.monotonic()
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return _waited(request, self.turn(), float(query.validated_data["timeout"]), since)
+        return waited(request, self.turn(), float(query.validated_data["timeout"]), since)
 
 
 class ThreadTurnsWaitView(ThreadScopedView):
@@ -160,13 +176,15 @@ class ThreadTurnsWaitView(ThreadScopedView):
         query = TurnWaitQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         submitted, turn = submit_turn(self, request)
-        response = _waited(request, turn, float(query.validated_data["timeout"]), since)
+        response = waited(request, turn, float(query.validated_data["timeout"]), since)
         if replayed := submitted.get("Idempotent-Replayed"):
             response["Idempotent-Replayed"] = replayed
         return response
 
 
-async def _wait_async(turn: Turn, timeout: float, since: float) -> AsyncIterator[bytes]:
+async def _wait_async(
+    turn: Turn, timeout: float, since: float, extra: Mapping[str, Any] | None = None
+) -> AsyncIterator[bytes]:
     """Read the turn whenever a notice says a turn of its thread may have ended
     (:mod:`threads.turn_signals`), at least every ``RECHECK_S``. The first read is skipped
     when the turn had not ended at ``since`` and no notice can have slipped by since."""
@@ -190,17 +208,21 @@ async def _wait_async(turn: Turn, timeout: float, since: float) -> AsyncIterator
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), min(remaining, RECHECK_S))
             noticed = woken.is_set()
-    yield body if body is not None else await database_sync_to_async(_wait_body)(turn)
+    if body is None:
+        body = await database_sync_to_async(_wait_body)(turn)
+    yield _with_extra(body, extra)
 
 
-def _wait_sync(turn: Turn, timeout: float) -> Iterator[bytes]:
+def _wait_sync(
+    turn: Turn, timeout: float, extra: Mapping[str, Any] | None = None
+) -> Iterator[bytes]:
     """WSGI (tests, management tools): poll the row."""
     deadline = time.monotonic() + timeout
     body = _body_once_ended(turn)
     while body is None and time.monotonic() < deadline:
         time.sleep(0.05)
         body = _body_once_ended(turn)
-    yield body if body is not None else _wait_body(turn)
+    yield _with_extra(body if body is not None else _wait_body(turn), extra)
 
 
 turn_urlpatterns = [

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -15,9 +15,11 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.errors import DomainError
 from common.inputs import StrictInput
 from common.pagination import PAGE_PARAMETERS, paginate_page
 from common.schema import error_response, page_of
+from tenancy.principals import Principal
 from threads.api.base import (
     IDEMPOTENCY_KEY,
     WORK_REFUSED,
@@ -28,7 +30,7 @@ from threads.api.base import (
 )
 from threads.api.messages import EndUserField, MessageInput
 from threads.api.run_outputs import QueuedMessageSerializer, TurnSerializer
-from threads.models import RunStatus, Turn, TurnSource, TurnStrategy
+from threads.models import RunStatus, Thread, Turn, TurnSource, TurnStrategy
 from threads.services.attachments import attachments_store
 from threads.services.control import turn_cancel
 from threads.services.inbox import message_queue, queued_message_fields
@@ -51,6 +53,10 @@ CANCEL_DESCRIPTION = (
     "its open calls are closed) and may still show `running` for a moment: wait for it. A "
     "finished turn is left as it is."
 )
+
+
+# The fields of a message input that message_queue's errors may name.
+MESSAGE_FIELDS = frozenset({"content", "role", "attachments", "silent", "metadata"})
 
 
 class TurnSubmitInput(StrictInput):
@@ -93,6 +99,40 @@ def _listed(turns: Sequence[Turn]) -> list[dict[str, Any]]:
     return [turn_json(turn, message_ids=written[turn.pk]) for turn in turns]
 
 
+def message_submit(
+    principal: Principal,
+    thread: Thread,
+    given: Mapping[str, Any],
+    *,
+    strategy: str = TurnStrategy.ENQUEUE,
+    turn_metadata: Mapping[str, Any] | None = None,
+    user: str | None = None,
+    prefix: str = "",
+) -> Turn:
+    """Queue ``given`` (a MessageInput's data) as a turn of ``thread``: the work admitted,
+    its attachments stored, the turn queued and audited. Shared by every route that submits
+    a message turn so each applies the same admission. ``prefix`` is where the input sits in
+    the request's body (``"input."``), for the field an error names."""
+    work_admit(thread=thread, user=user)
+    refs = attachments_store(
+        thread=thread, items=given.get("attachments", []), field=f"{prefix}attachments"
+    )
+    with transaction.atomic():
+        try:
+            turn = message_queue(
+                thread=thread, role=given["role"], content=given.get("content"),
+                attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
+                source=TurnSource.SUBMIT, strategy=strategy, turn_metadata=turn_metadata,
+                user=user,
+            )  # fmt: skip
+        except DomainError as error:
+            if prefix and error.field in MESSAGE_FIELDS:
+                error.field = f"{prefix}{error.field}"
+            raise
+        turn_submitted_audit(principal, turn, user)
+    return turn
+
+
 def submit_turn(view: ThreadScopedView, request: Request) -> tuple[Response, Turn]:
     """submit_turn from the request's body: the answer (202, or the first answer given for
     a repeated ``Idempotency-Key``) and the turn it names."""
@@ -104,16 +144,10 @@ def submit_turn(view: ThreadScopedView, request: Request) -> tuple[Response, Tur
     created: list[Turn] = []
 
     def submit() -> tuple[int, dict[str, Any]]:
-        work_admit(thread=thread, user=data.get("user"))
-        refs = attachments_store(thread=thread, items=given.get("attachments", []))
-        with transaction.atomic():
-            turn = message_queue(
-                thread=thread, role=given["role"], content=given.get("content"),
-                attachments=refs, silent=given["silent"], metadata=given.get("metadata"),
-                source=TurnSource.SUBMIT, strategy=data["multitask_strategy"],
-                turn_metadata=data.get("metadata"), user=data.get("user"),
-            )  # fmt: skip
-            turn_submitted_audit(view.principal, turn, data.get("user"))
+        turn = message_submit(
+            view.principal, thread, given, strategy=data["multitask_strategy"],
+            turn_metadata=data.get("metadata"), user=data.get("user"),
+        )  # fmt: skip
         created.append(turn)
         return status.HTTP_202_ACCEPTED, submitted_json(turn)
 

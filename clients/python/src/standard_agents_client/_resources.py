@@ -160,6 +160,7 @@ class Threads(Resource[M]):
     """Threads: instances of agents."""
 
     create = operation(threads.thread_create)
+    create_and_wait = operation(threads.thread_create_and_wait)
     get = operation(threads.thread_get)
     list = operation(threads.thread_list)
     iter = items(threads.thread_list)

@@ -245,6 +245,12 @@ class SubmittedTurn(Turn):
     message: NotRequired[QueuedMessage]
 
 
+class ThreadCreated(Thread):
+    """A new thread; created with an ``input``, the first turn it queued."""
+
+    turn: NotRequired[SubmittedTurn]
+
+
 class Queued(TypedDict):
     """The answer of ``messages.send`` and ``threads.continue_``: the queued turn."""
 
@@ -266,6 +272,13 @@ class TurnWait(TypedDict):
     messages: list[Message]
     done: bool
     actions: NotRequired[list[Action]]
+
+
+class ThreadWait(TurnWait):
+    """The answer of ``threads.create_and_wait``: a wait's answer for the new thread's first
+    turn, and the thread as it was created."""
+
+    thread: Thread
 
 
 # Events ---------------------------------------------------------------------------------------

@@ -24,14 +24,19 @@ from standard_agents_client.types import (
     MessageRole,
     Queued,
     Thread,
+    ThreadCreated,
     ThreadDeleted,
     ThreadRead,
     ThreadStopped,
     ThreadTerminated,
+    ThreadWait,
 )
 
 # run-code ends code still running after 10 s; the call may also wait for a runner.
 RUN_CODE_TIMEOUT_S = 60.0
+# A wait's answer may come this long after the wait's own timeout (the server's last
+# read, the network).
+WAIT_MARGIN_S = 30.0
 
 EnvValue = str | Mapping[str, str]
 """An env value to set: ``"value"``, or ``{"value": "...", "type": "text" | "secret"}``."""
@@ -55,6 +60,26 @@ def attachment(
 # Threads --------------------------------------------------------------------------------------
 
 
+FirstInput = str | Mapping[str, Any]
+"""A new thread's first message: its content, or ``{"content", "role"?, "attachments"?,
+"silent"?, "metadata"?}`` as ``turns.submit`` sends it."""
+
+
+def _create_body(
+    agent: str,
+    title: str | None,
+    user_id: str | None,
+    tags: Sequence[str] | None,
+    metadata: Mapping[str, Any] | None,
+    env: Mapping[str, EnvValue] | None,
+    input: FirstInput | None,
+) -> dict[str, Any]:
+    return body(
+        agent=agent, title=title, user_id=user_id, tags=list(tags) if tags is not None else None,
+        metadata=metadata, env=env, input={"content": input} if isinstance(input, str) else input,
+    )  # fmt: skip
+
+
 def thread_create(
     agent: str,
     *,
@@ -63,17 +88,41 @@ def thread_create(
     tags: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    input: FirstInput | None = None,
     idempotency_key: str | None = None,
-) -> Call[Thread]:
+) -> Call[ThreadCreated]:
     """Create a thread of ``agent``. ``env`` values are write-only; every variable the
-    agent's graph requires must resolve (else a ``ValidationError`` naming each). A repeat
-    with the same ``idempotency_key`` answers the first thread instead of a second.
-    Without a ``title`` the thread reads as its first user message's first line."""
-    payload = body(
-        agent=agent, title=title, user_id=user_id, tags=list(tags) if tags is not None else None,
-        metadata=metadata, env=env,
-    )  # fmt: skip
+    agent's graph requires must resolve (else a ``ValidationError`` naming each). With
+    ``input`` its first turn is queued with it (the answer's ``turn``); a refused input
+    creates no thread. A repeat with the same ``idempotency_key`` answers the first thread
+    instead of a second. Without a ``title`` the thread reads as its first user message's
+    first line."""
+    payload = _create_body(agent, title, user_id, tags, metadata, env, input)
     return Call("POST", "/threads", read_json, json=payload, headers=idempotency(idempotency_key))
+
+
+def thread_create_and_wait(
+    agent: str,
+    input: FirstInput,
+    *,
+    timeout: float = 30.0,
+    title: str | None = None,
+    user_id: str | None = None,
+    tags: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    env: Mapping[str, EnvValue] | None = None,
+    idempotency_key: str | None = None,
+) -> Call[ThreadWait]:
+    """Create a thread with its first turn and wait for the turn in one request, up to
+    ``timeout`` seconds (at most 600): the thread, the turn, the messages it wrote and
+    ``done`` (false when the timeout passed first, or when the turn waits on a person). A
+    repeat with the same ``idempotency_key`` creates nothing and waits for the first
+    request's turn."""
+    payload = _create_body(agent, title, user_id, tags, metadata, env, input)
+    return Call(
+        "POST", "/threads/wait", read_json, params=query(timeout=timeout), json=payload,
+        headers=idempotency(idempotency_key), timeout=timeout + WAIT_MARGIN_S,
+    )  # fmt: skip
 
 
 def thread_get(thread_id: str) -> Call[ThreadRead]:

@@ -17,7 +17,7 @@ from standard_agents_client._call import (
     read_page,
     segment,
 )
-from standard_agents_client._operations.threads import message_input
+from standard_agents_client._operations.threads import WAIT_MARGIN_S, message_input
 from standard_agents_client._streams import (
     STREAM_READ_TIMEOUT_S,
     Follow,
@@ -34,11 +34,6 @@ from standard_agents_client.types import (
     Turn,
     TurnWait,
 )
-
-# A wait's answer may come this long after the wait's own timeout (the server's last
-# read, the network).
-WAIT_MARGIN_S = 30.0
-
 
 # Turns ----------------------------------------------------------------------------------------
 
