@@ -22,6 +22,7 @@ from threads.services.heartbeat import Heartbeat
 from threads.services.lock import (
     CONTROL_TTL_MS,
     LOCK_TTL_MS,
+    OUTAGE_NOTE_TTL_MS,
     RENEW_EVERY_MS,
     FlowsLimitReached,
     ThreadLock,
@@ -31,6 +32,8 @@ from threads.services.lock import (
     lock_acquire,
     lock_is_held,
     lock_key,
+    outage_note,
+    outage_noted,
     wake_key,
 )
 
@@ -641,3 +644,24 @@ def test_a_counted_lock_keeps_its_slot_while_its_heartbeat_beats_and_frees_it_wh
 
     assert flows_running(tenant_id=ids["tenant_id"]) == 0
     assert lock_acquire(tenant_id=ids["tenant_id"], thread_id=uuid.uuid4(), tenant_flows=1)
+
+
+def test_an_outage_note_holds_for_every_recovery_of_the_cut_turn_and_no_other(
+    ids: ThreadIds,
+) -> None:
+    cut, later = uuid.uuid4(), uuid.uuid4()
+    nothing_noted = outage_noted(**ids, turn_id=cut)
+
+    outage_note(**ids)
+    first = outage_noted(**ids, turn_id=cut)
+    superseded_and_recovered_again = outage_noted(**ids, turn_id=cut)
+    another_turn = outage_noted(**ids, turn_id=later)
+    outage_note(**ids)  # a new outage, cutting the later turn short
+    later_after_its_own_outage = outage_noted(**ids, turn_id=later)
+
+    assert nothing_noted is False
+    assert (first, superseded_and_recovered_again) == (True, True)
+    assert another_turn is False
+    assert later_after_its_own_outage is True
+    assert 0 < pttl(f"{ids['tenant_id']}:thread:{ids['thread_id']}:outage") <= OUTAGE_NOTE_TTL_MS
+    redis_client().delete(f"{ids['tenant_id']}:thread:{ids['thread_id']}:outage")

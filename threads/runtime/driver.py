@@ -329,7 +329,7 @@ def _recover(thread: Thread, fence: int, turn: Turn) -> Side | None:
     """After a worker died mid-turn, or an outage cut its drive short (its turn still says
     running): close its open calls and return the side to resume, or None when its step had
     ended. The thread's incident says which of the two it was (:func:`outage_noted`)."""
-    if outage_noted(tenant_id=thread.tenant_id, thread_id=thread.pk):
+    if outage_noted(tenant_id=thread.tenant_id, thread_id=thread.pk, turn_id=turn.pk):
         logger.info("thread %s: resuming a turn an outage cut short", thread.pk)
         incident = ("outage", "an outage of PostgreSQL or Redis cut this turn short; it resumed")
         reason = INTERRUPTED_BY_OUTAGE

@@ -175,10 +175,23 @@ def outage_note(*, tenant_id: Id, thread_id: Id) -> None:
     redis_client().set(f"{tenant_id}:thread:{thread_id}:outage", "1", px=OUTAGE_NOTE_TTL_MS)
 
 
-def outage_noted(*, tenant_id: Id, thread_id: Id) -> bool:
-    """Whether an outage cut the thread's last drive short (:func:`outage_note`); takes the
-    note."""
-    return redis_client().getdel(f"{tenant_id}:thread:{thread_id}:outage") is not None
+def outage_noted(*, tenant_id: Id, thread_id: Id, turn_id: Id) -> bool:
+    """Whether an outage cut short the drive of turn ``turn_id`` (:func:`outage_note`).
+
+    The first recovery of the turn after the note claims it for that turn, and the note stays
+    (until its TTL) rather than being taken: a recovery can itself be cut short or
+    superseded while the outage settles (its lock expired while PostgreSQL was away), and the
+    recovery after it is still of the same outage. A later turn's recovery is a crash's."""
+    client = redis_client()
+    key = f"{tenant_id}:thread:{thread_id}:outage"
+    noted = client.get(key)
+    if noted is None:
+        return False
+    claimed = noted.decode() if isinstance(noted, bytes) else str(noted)
+    if claimed not in ("1", str(turn_id)):
+        return False
+    client.set(key, str(turn_id), keepttl=True)
+    return True
 
 
 @dataclass(eq=False)
