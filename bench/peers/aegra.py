@@ -2,13 +2,24 @@
 
 Installed once into ``var/peers/aegra`` (a virtualenv of a Python 3.12 found on the machine:
 Aegra needs it, this project runs 3.11) and reused after. Started as ``aegra serve`` starts
-it in production: ``uvicorn aegra_api.main:app``, one process, with ``AEGRA_CONFIG`` naming
+it in production: ``uvicorn aegra_api.main:app`` with ``AEGRA_CONFIG`` naming
 :file:`aegra.json` (which registers the graphs of :mod:`bench.peers.graph`), on a fresh
-database of the same PostgreSQL server (Aegra migrates it at start-up) and the same Redis,
-with ``REDIS_BROKER_ENABLED=true``: runs go through Aegra's Redis job queue to its in-process
-workers, with leases and crash recovery, as its docs recommend for production. Everything
-else is Aegra's default, except logging: WARNING and no access log, as for our side. A
-client follows each run on its event stream (see :class:`AegraClient`).
+database of the same PostgreSQL server (migrated first, as Aegra's docs advise for more than
+one process) and the same Redis,
+in each of its two configurations (:data:`MODES`), the bench taking the stronger of the two
+for each figure:
+
+* ``aegra-redis``: ``REDIS_BROKER_ENABLED=true``, runs go through Aegra's Redis job queue to
+  its in-process workers, with leases and crash recovery, as its docs recommend for
+  production;
+* ``aegra-local``: its in-process executor (runs are asyncio tasks of the process that took
+  the request, no queue, no lease), cheaper per run.
+
+Both run as many uvicorn processes as our web tier has (``WEB_PROCESSES``), and the Redis
+mode's concurrency cap (3 workers x 10 jobs per process by default) is raised to
+:data:`JOBS_PER_WORKER` jobs per worker so the concurrency scenarios measure the server, not
+the cap. Everything else is Aegra's default, except logging: WARNING and no access log, as
+for our side. A client follows each run on its event stream (see :class:`AegraClient`).
 
 Aegra accepts ``multitask_strategy`` but runs a thread's runs concurrently whatever it says,
 so messages sent back to back on one thread overwrite each other's checkpoints: scenario
@@ -44,6 +55,8 @@ CONFIG = Path(__file__).resolve().parent / "aegra.json"
 LOG_LEVEL = "WARNING"
 START_TIMEOUT_S = 120.0
 ROLES = {"human": "user", "ai": "assistant", "tool": "tool"}
+MODES = {"aegra-redis": "true", "aegra-local": "false"}  # system name -> REDIS_BROKER_ENABLED
+JOBS_PER_WORKER = 100  # x 3 workers per process: above the largest scenario's 200 runs
 
 
 def _python_candidates() -> list[Path]:
@@ -116,12 +129,14 @@ class AegraClient:
     def start_thread(self, agent: str) -> str:
         return str(self.http.expect(200, "POST", "/threads", {})["thread_id"])
 
-    def answer(self, thread_id: str, agent: str, text: str) -> None:
-        """``POST /threads/{id}/runs/stream``: the run's state after each step, then its end."""
-        events = self._stream("POST", f"/threads/{thread_id}/runs/stream", _run(agent, text))
-        _check_ended(events, thread_id)
+    def run(self, agent: str, text: str) -> None:
+        """``POST /runs/stream`` with ``on_completion: keep``: a thread made for the run and
+        kept, the run's state after each step, then its end, in one request."""
+        events = self._stream("POST", "/runs/stream", {**_run(agent, text),
+                                                       "on_completion": "keep"})  # fmt: skip
+        _check_ended(events, "a stateless run")
         values = [data for event, data in events if event == "values"]
-        check_final([_message(one) for one in values[-1]["messages"]], f"thread {thread_id}")
+        check_final([_message(one) for one in values[-1]["messages"]], "a stateless run")
 
     def submit(self, thread_id: str, agent: str, text: str) -> str:
         path = f"/threads/{thread_id}/runs"
@@ -173,20 +188,40 @@ def _message(stored: dict[str, Any]) -> Message:
     return Message(role=ROLES.get(stored["type"], stored["type"]), content=stored["content"])
 
 
+def _migrate(python: Path, environment: dict[str, str], log: Path) -> None:
+    """Aegra's migrations, once, before its processes start (as its docs advise for more than
+    one process: each would otherwise migrate at start-up, racing the others)."""
+    upgrade = "from aegra_api.core.migrations import run_migrations; run_migrations()"
+    with log.open("wb") as output:
+        completed = subprocess.run(
+            [str(python), "-c", upgrade], env=environment, stdout=output,
+            stderr=subprocess.STDOUT, check=False,
+        )  # fmt: skip
+    if completed.returncode:
+        raise BenchError(f"Aegra's migrations failed:\n{processes.tail(log)}")
+
+
 @contextmanager
-def running(*, python: Path, database_url: str, redis_url: str, log_dir: Path) -> Iterator[Running]:
-    """Aegra's server on ``database_url`` (empty; Aegra migrates it) and ``redis_url``."""
+def running(
+    *, mode: str, python: Path, database_url: str, redis_url: str, log_dir: Path
+) -> Iterator[Running]:
+    """Aegra's server in ``mode`` (a key of :data:`MODES`) on ``database_url`` (empty; its
+    migrations run first) and ``redis_url``, with ``WEB_PROCESSES`` processes."""
     port = processes.free_port()
     environment = env.child_environment({
         "AEGRA_CONFIG": str(CONFIG), "DATABASE_URL": database_url, "REDIS_URL": redis_url,
-        "REDIS_BROKER_ENABLED": "true", "AUTH_TYPE": "noop", "ENV_MODE": "PRODUCTION",
-        "LOG_LEVEL": LOG_LEVEL, "PYTHONUNBUFFERED": "1",
+        "REDIS_BROKER_ENABLED": MODES[mode], "N_JOBS_PER_WORKER": str(JOBS_PER_WORKER),
+        "AUTH_TYPE": "noop", "ENV_MODE": "PRODUCTION", "LOG_LEVEL": LOG_LEVEL,
+        "PYTHONUNBUFFERED": "1",
     })  # fmt: skip
     log = log_dir / "aegra.log"
-    with log.open("wb") as output:
+    _migrate(python, environment, log)
+    environment["RUN_MIGRATIONS_ON_STARTUP"] = "false"
+    with log.open("ab") as output:
         server = subprocess.Popen(
             [str(python), "-m", "uvicorn", "aegra_api.main:app", "--host", "127.0.0.1",
-             "--port", str(port), "--no-access-log", "--log-level", LOG_LEVEL.lower()],
+             "--port", str(port), "--workers", str(env.web_processes()), "--no-access-log",
+             "--log-level", LOG_LEVEL.lower()],
             cwd=log_dir, env=environment, stdout=output, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -197,7 +232,7 @@ def running(*, python: Path, database_url: str, redis_url: str, log_dir: Path) -
             database=database_name(database_url),
             redis_pid=redis_server_pid(redis_url),
         )
-        yield Running("aegra", lambda: AegraClient(port), sources)
+        yield Running(mode, lambda: AegraClient(port), sources)
         processes.check_alive(server, "Aegra", log)
     finally:
         processes.stop([server])

@@ -21,9 +21,11 @@ CPU.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,15 +118,22 @@ class BackendSampler:
 
 
 @contextmanager
-def _sampling(sampler: BackendSampler) -> Iterator[None]:
-    """Samples now, every SAMPLE_INTERVAL_S while inside, and once more on the way out."""
+def _sampling(sampler: BackendSampler, at: Mapping[float, Callable[[], None]]) -> Iterator[None]:
+    """Samples now, every SAMPLE_INTERVAL_S while inside, and once more on the way out; at
+    each offset of ``at`` (seconds from now) samples and calls its function."""
     stop = threading.Event()
     with psycopg.connect(sampler.conninfo, autocommit=True) as connection:
         sampler.sample(connection, baseline=True)
+        started, marks = time.monotonic(), sorted(at)
 
         def loop() -> None:
-            while not stop.wait(SAMPLE_INTERVAL_S):
+            while True:
+                due = marks[0] - (time.monotonic() - started) if marks else SAMPLE_INTERVAL_S
+                if stop.wait(max(0.0, min(SAMPLE_INTERVAL_S, due))):
+                    return
                 sampler.sample(connection, baseline=False)
+                if marks and time.monotonic() - started >= marks[0]:
+                    at[marks.pop(0)]()
 
         thread = threading.Thread(target=loop, name="pg-cpu-sampler", daemon=True)
         thread.start()
@@ -149,22 +158,34 @@ class Sources:
 
 
 @contextmanager
-def measured(sources: Sources) -> Iterator[dict[str, float | None]]:
+def measured(
+    sources: Sources, *, marks: dict[float, float] | None = None
+) -> Iterator[dict[str, float | None]]:
     """CPU seconds per part spent while inside: the yielded dict is filled on exit with one
-    entry per process label, plus ``postgres`` and ``redis`` (None when unreadable)."""
+    entry per process label, plus ``postgres`` and ``redis`` (None when unreadable). Each
+    key of ``marks`` is an offset in seconds from entering; its value is set to the CPU
+    seconds of every part together spent until then (a part that cannot be read counts
+    as zero), when the block lasted that long."""
     spent: dict[str, float | None] = {}
     ticks_per_s = os.sysconf("SC_CLK_TCK")
     before = {label: tree_ticks(pid) for label, pid in sources.processes.items()}
     redis_before = process_ticks(sources.redis_pid) if sources.redis_pid else None
     sampler = BackendSampler(sources.conninfo, sources.database)
-    with _sampling(sampler):
+
+    def redis_ticks() -> int | None:
+        after = process_ticks(sources.redis_pid) if sources.redis_pid else None
+        return None if redis_before is None or after is None else after - redis_before
+
+    def mark(offset: float) -> None:
+        assert marks is not None
+        trees = sum(tree_ticks(pid) - before[label] for label, pid in sources.processes.items())
+        marks[offset] = (trees + sampler.ticks() + (redis_ticks() or 0)) / ticks_per_s
+
+    at = {offset: functools.partial(mark, offset) for offset in marks or {}}
+    with _sampling(sampler, at):
         yield spent
     for label, pid in sources.processes.items():
         spent[label] = (tree_ticks(pid) - before[label]) / ticks_per_s
     spent["postgres"] = sampler.ticks() / ticks_per_s if sampler.last else None
-    redis_after = process_ticks(sources.redis_pid) if sources.redis_pid else None
-    spent["redis"] = (
-        (redis_after - redis_before) / ticks_per_s
-        if redis_before is not None and redis_after is not None
-        else None
-    )
+    ticks = redis_ticks()
+    spent["redis"] = None if ticks is None else ticks / ticks_per_s

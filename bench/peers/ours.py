@@ -90,10 +90,12 @@ class OursClient:
     def start_thread(self, agent: str) -> str:
         return str(self.http.expect(201, "POST", "/api/v1/threads", {"agent": agent})["id"])
 
-    def answer(self, thread_id: str, agent: str, text: str) -> None:
-        """``POST …/turns/wait``: submit and wait in one request."""
-        path = f"/api/v1/threads/{thread_id}/turns/wait?timeout={WAIT_TIMEOUT_S}"
-        _check_answer(self.http.expect(200, "POST", path, {"input": {"content": text}}))
+    def run(self, agent: str, text: str) -> None:
+        """``POST /api/v1/threads/wait``: the thread, its first turn and the wait in one
+        request."""
+        path = f"/api/v1/threads/wait?timeout={WAIT_TIMEOUT_S}"
+        body = {"agent": agent, "input": {"content": text}}
+        _check_answer(self.http.expect(200, "POST", path, body))
 
     def submit(self, thread_id: str, agent: str, text: str) -> str:
         path = f"/api/v1/threads/{thread_id}/turns"

@@ -2,8 +2,8 @@
 
 Every caller is a thread of this process with its own keep-alive connection; callers of
 one scenario start together (a barrier), and the wall time runs from the first caller's
-start to the last one's end. A run's latency spans creating the thread, submitting the
-message and the wait returning the final answer.
+start to the last one's end. A run's latency spans starting the conversation with its
+message until the final answer is back (:meth:`bench.peers.workload.Client.run`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from bench.peers.workload import (
 )
 
 BARRIER_TIMEOUT_S = 60.0
+# Offsets (s) at which the concurrency scenarios read the CPU spent so far: before the first
+# model call can have ended (SLOW_MODEL_S), so it is the CPU of starting the runs (A).
+START_MARKS_S = (0.6, 0.9)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class Outcome:
     expected: int | None = None  # 4 per message sent
     in_order: bool | None = None  # every run's 4 messages, in the order the messages were sent
     failed: list[str] = field(default_factory=list)  # errors of runs that did not end well
+    # The concurrency scenarios (d, e) only: CPU seconds of every part spent from the start
+    # until each of START_MARKS_S.
+    start_cpu_s: dict[float, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,9 @@ class _Calls:
 
 
 def one_run(client: Client, agent: str) -> float:
-    """Create a thread, submit :data:`TEXT`, wait for the final answer; seconds taken."""
+    """Start a conversation on :data:`TEXT` and wait for the final answer; seconds taken."""
     started = time.perf_counter()
-    client.answer(client.start_thread(agent), agent, TEXT)
+    client.run(agent, TEXT)
     return time.perf_counter() - started
 
 
@@ -89,15 +95,21 @@ def _callers(system: Running, agent: str, runs_each: Sequence[int]) -> list[_Cal
         return list(pool.map(caller, runs_each))
 
 
-def runs(system: Running, *, agent: str, callers: int, runs_each: int) -> Outcome:
-    """``callers`` callers making ``runs_each`` runs each, one after another."""
-    with measured(system.sources) as cpu:
+def runs(
+    system: Running, *, agent: str, callers: int, runs_each: int,
+    marks_s: Sequence[float] = (),
+) -> Outcome:  # fmt: skip
+    """``callers`` callers making ``runs_each`` runs each, one after another; the CPU spent
+    by each offset of ``marks_s`` is read too."""
+    marks = dict.fromkeys(marks_s, 0.0)
+    with measured(system.sources, marks=marks) as cpu:
         calls = _callers(system, agent, [runs_each] * callers)
     return Outcome(
         runs=callers * runs_each,
         wall_s=max(c.ended for c in calls) - min(c.started for c in calls),
         latencies_s=[latency for c in calls for latency in c.latencies_s],
         cpu_s=cpu,
+        start_cpu_s=marks,
     )
 
 
@@ -106,8 +118,8 @@ def sequential(system: Running, count: int) -> Outcome:
 
 
 def concurrent(system: Running, count: int) -> Outcome:
-    """``count`` runs at once with the 1 s model."""
-    return runs(system, agent=SLOW, callers=count, runs_each=1)
+    """``count`` runs at once with the 1 s model, the CPU read at each of START_MARKS_S."""
+    return runs(system, agent=SLOW, callers=count, runs_each=1, marks_s=START_MARKS_S)
 
 
 def back_to_back(system: Running, count: int) -> Outcome:

@@ -1,9 +1,10 @@
 """``python -m bench peers``: this platform against Aegra, side by side (issue 15).
 
-Each repetition starts each system on a fresh database of the same PostgreSQL server and on
-the same Redis, warms it up, runs the five scenarios in order, and stops it; the systems
-alternate (ours first in even repetitions, Aegra first in odd ones) so a drift of the
-machine's speed hits both alike. ``peers-quick`` runs tiny sizes once, for development.
+Each repetition starts each system (ours, and Aegra in each of its two configurations) on a
+fresh database of the same PostgreSQL server and on the same Redis, warms it up, runs the
+five scenarios in order, and stops it; the order of the systems alternates (ours first in
+even repetitions, last in odd ones) so a drift of the machine's speed hits all alike.
+``peers-quick`` runs tiny sizes once, for development.
 
 The peer needs a Python 3.12 on the machine (:func:`bench.peers.aegra.install`); without it
 our side runs alone and the ratios are left empty.
@@ -11,6 +12,7 @@ our side runs alone and the ratios are left empty.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -79,12 +81,19 @@ def _starters() -> dict[str, Starter]:
             database_url=database_url, redis_url=redis_url, log_dir=log_dir
         )
     }
-    python = aegra.install(env.var_dir())
-    if python is not None:
-        starters[report.PEER] = lambda database_url, log_dir: aegra.running(
-            python=python, database_url=database_url, redis_url=redis_url, log_dir=log_dir
-        )
+    if (python := aegra.install(env.var_dir())) is not None:
+        for mode in aegra.MODES:
+            starters[mode] = functools.partial(
+                _aegra, mode=mode, python=python, redis_url=redis_url
+            )
     return starters
+
+
+def _aegra(
+    database_url: str, log_dir: Path, *, mode: str, python: Path, redis_url: str
+) -> AbstractContextManager[Running]:
+    return aegra.running(mode=mode, python=python, database_url=database_url,
+                         redis_url=redis_url, log_dir=log_dir)  # fmt: skip
 
 
 def _order(names: Sequence[str], repetition: int) -> list[str]:
@@ -104,7 +113,7 @@ def compare(sizes: Sizes) -> list[Row]:
     print(f"\n{report.figures_table(results, plan)}\n\n{report.cpu_table(results, plan)}\n")
     rows = report.rows(
         results, plan, repetitions=sizes.repetitions, peer=aegra.REQUIREMENT,
-        peer_ran=report.PEER in starters, load_avg_1m_at_start=load,
+        peers_ran=[name for name in starters if name != report.OURS], load_avg_1m_at_start=load,
         cpu_calibration_ms_at_start=calibration, cpu_calibration_ms_at_end=cpu_calibration_ms(),
     )  # fmt: skip
     previous = regression.last_comparable(

@@ -1,6 +1,7 @@
 """The workload both systems run, and the client contract each system implements.
 
-One run: create a thread, submit a user message, wait for the final answer. The model
+One run: start a conversation with a user message and wait for the final answer, in each
+system's most direct way (one request where the system has one). The model
 (deterministic, no latency unless asked) answers the message with a ``count_words`` tool
 call, the tool runs, the model answers the result in words: 2 model calls, 1 tool, 4
 messages (user, assistant, tool, assistant). Agent ``instant`` has a zero-latency model,
@@ -50,9 +51,10 @@ class Client(Protocol):
     def start_thread(self, agent: str) -> str:
         """A new thread running ``agent``; returns its id."""
 
-    def answer(self, thread_id: str, agent: str, text: str) -> None:
-        """Submit a user message and follow its run to the end, the system's most direct
-        way; BenchError unless the run ended with the final answer."""
+    def run(self, agent: str, text: str) -> None:
+        """Start a conversation with ``agent`` on a user message and follow its run to the
+        end, the system's most direct way (one request where it has one); BenchError unless
+        the run ended with the final answer. The conversation is kept, as a thread."""
 
     def submit(self, thread_id: str, agent: str, text: str) -> str:
         """Submit a user message without waiting; returns the id of the run that answers."""
