@@ -3,12 +3,13 @@
 Processes as ``make run`` starts them (:mod:`config.launcher`): uvicorn serving
 ``config.asgi`` (:func:`config.launcher.background_server`), one Celery worker (threads pool,
 ``CELERY_CONCURRENCY``, :data:`config.celery.WORKER_OPTIONS`) and beat, all with default
-settings on a fresh, migrated database. Three things differ from ``make run``, none a
-tuning: Django's ``DEBUG`` is off, as in production (``make run`` is a development setup,
-and ``DEBUG`` keeps every SQL statement's text, which costs a fifth of the worker's CPU);
-every process logs at WARNING without access logs (as the peer does); and the broker queue
-has a name of its own (``CELERY_QUEUE``), so no other worker on the same Redis takes the
-bench's tasks.
+settings on a fresh, migrated database. Four things differ from ``make run``, none a
+tuning: the tenant's request and turn quotas are raised above the bench's rates
+(:data:`QUOTAS`; they still count); Django's ``DEBUG`` is off, as in production (``make
+run`` is a development setup, and ``DEBUG`` keeps every SQL statement's text, which costs
+a fifth of the worker's CPU); every process logs at WARNING without access logs (as the
+peer does); and the broker queue has a name of its own (``CELERY_QUEUE``), so no other
+worker on the same Redis takes the bench's tasks.
 
 A tenant, a member API key and :data:`BUNDLE` are made by the management commands. The
 agents use the ``scripted`` provider and the demo app's ``count_words`` function tool
@@ -52,6 +53,13 @@ TENANT = "bench-peers"
 LOG_LEVEL = "WARNING"
 WAIT_TIMEOUT_S = 600  # the API's maximum
 WORKER_READY_TIMEOUT_S = 60.0
+# The request and turn quotas stay on (their counting is part of a run's cost) but high
+# enough that the bench's rates (up to ~100 runs/s) never meet them: the defaults (600 turns
+# and 3,000 requests a minute per key) are a tenant's fair share, not a server's ceiling.
+QUOTAS = dict.fromkeys(
+    ("USAGE_REQUESTS_PER_MINUTE", "USAGE_KEY_REQUESTS_PER_MINUTE", "USAGE_TURNS_PER_MINUTE"),
+    "1000000",
+)
 
 
 def _model(name: str, delay_ms: int) -> dict[str, Any]:
@@ -196,6 +204,7 @@ def running(*, database_url: str, redis_url: str, log_dir: Path) -> Iterator[Run
         "LOG_LEVEL": LOG_LEVEL,
         "DEBUG": "false",
         "PYTHONUNBUFFERED": "1",
+        **QUOTAS,
     }
     environment = env.child_environment(overrides)
     api_key = _provision(environment, log_dir)

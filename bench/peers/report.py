@@ -263,6 +263,10 @@ def figures_table(results: Results, scenarios: Sequence[Scenario]) -> str:
         if scenario.key == "c":
             kept = [kept_text(results[name], "c") for name in [OURS, *names]]
             lines.append([f"{scenario.title}, order", *kept, "", "", ""])
+        elif any(rep[scenario.key].failed for reps in results.values() for rep in reps):
+            failed = [str(sum(len(rep[scenario.key].failed) for rep in results[name]))
+                      for name in [OURS, *names]]  # fmt: skip
+            lines.append([f"{scenario.title}, runs failed (all repetitions)", *failed, "", "", ""])
     return _align(lines)
 
 
@@ -301,6 +305,9 @@ def _verdict(
     scenario: Scenario, compared: Mapping[str, Compared], outcomes: Sequence[Outcome]
 ) -> str:
     met = scenario.met(compared, outcomes)
+    failed = sum(len(o.failed) for o in outcomes)
+    if failed and scenario.key != "c":  # (c) counts its failures in what it keeps
+        return f"{scenario.headline(compared, outcomes)} (MISSED: {failed} runs failed)"
     verdict = "" if met is None else f" ({'met' if met else 'MISSED'})"
     return scenario.headline(compared, outcomes) + verdict
 
@@ -318,7 +325,8 @@ def _row(
     }
     if scenario.key == "c":
         row_notes["kept"] = _kept(outcomes)
-        row_notes["failed_runs"] = [error for o in outcomes for error in o.failed][:5]
+    failed = [error for o in outcomes for error in o.failed]
+    row_notes["failed_runs"] = {"count": len(failed), "first": failed[:5]}
     if system == OURS:
         row_notes["strongest_peer"] = {k: c.strongest for k, c in compared.items()}
         row_notes["ours_over_strongest"] = {k: _rounded(c.ratio) for k, c in compared.items()}

@@ -67,7 +67,8 @@ class Outcome:
 class _Calls:
     started: float
     ended: float
-    latencies_s: list[float]
+    latencies_s: list[float]  # of the runs that ended well
+    failed: list[str]  # the errors of the others
 
 
 def one_run(client: Client, agent: str) -> float:
@@ -86,8 +87,13 @@ def _callers(system: Running, agent: str, runs_each: Sequence[int]) -> list[_Cal
         try:
             barrier.wait(BARRIER_TIMEOUT_S)
             started = time.perf_counter()
-            latencies = [one_run(client, agent) for _ in range(count)]
-            return _Calls(started, time.perf_counter(), latencies)
+            latencies, failed = [], []
+            for _ in range(count):
+                try:
+                    latencies.append(one_run(client, agent))
+                except BenchError as error:  # a run that ended without its answer
+                    failed.append(str(error))
+            return _Calls(started, time.perf_counter(), latencies, failed)
         finally:
             client.close()
 
@@ -109,6 +115,7 @@ def runs(
         wall_s=max(c.ended for c in calls) - min(c.started for c in calls),
         latencies_s=[latency for c in calls for latency in c.latencies_s],
         cpu_s=cpu,
+        failed=[error for c in calls for error in c.failed],
         start_cpu_s=marks,
     )
 

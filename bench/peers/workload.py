@@ -85,10 +85,17 @@ class JsonConnection:
         self._headers = {"Content-Type": "application/json", **headers}
 
     def text(self, method: str, path: str, body: Json | None = None) -> tuple[int, str]:
-        """``(status, body)`` of one request, the whole body read."""
+        """``(status, body)`` of one request, the whole body read. A kept-alive connection
+        the server closed meanwhile is opened again and the request sent once more, as
+        HTTP clients do (the server closed it before reading the request)."""
         payload = None if body is None else json.dumps(body)
-        self._connection.request(method, path, body=payload, headers=self._headers)
-        response = self._connection.getresponse()
+        try:
+            self._connection.request(method, path, body=payload, headers=self._headers)
+            response = self._connection.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            self._connection.close()
+            self._connection.request(method, path, body=payload, headers=self._headers)
+            response = self._connection.getresponse()
         return response.status, response.read().decode()
 
     def request(self, method: str, path: str, body: Json | None = None) -> tuple[int, Any]:
