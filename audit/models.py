@@ -9,7 +9,7 @@ from django.db import models
 from common.audit import AuditAction
 from common.ids import new_id
 from common.time import now_us
-from tenancy.models import TenantOwned
+from tenancy.models import TenantOwnedBulk
 
 
 class ActorKind(models.TextChoices):
@@ -18,7 +18,7 @@ class ActorKind(models.TextChoices):
     SYSTEM = "system"
 
 
-class AuditEntry(TenantOwned):
+class AuditEntry(TenantOwnedBulk):
     """``actor`` did ``action`` to the ``target_type`` named ``target_id``. ``details`` hold
     names and changed fields (a definition's diff), never a secret's value. The actor's
     name is kept as it was: a renamed key or a deleted user still reads as it did."""

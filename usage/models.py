@@ -11,7 +11,7 @@ from django.db import models
 
 from common.ids import new_id
 from common.time import now_us
-from tenancy.models import TenantOwned
+from tenancy.models import TenantOwned, TenantOwnedBulk
 
 
 class LedgerKind(models.TextChoices):
@@ -21,7 +21,7 @@ class LedgerKind(models.TextChoices):
     TURN = "turn"  # one finished turn (its sums, for counting turns)
 
 
-class LedgerEntry(TenantOwned):
+class LedgerEntry(TenantOwnedBulk):
     """One append-only row per model call, tool call, sandbox call and finished turn.
 
     ``key`` is the call's idempotency key: a second record with the same key counts nothing.
@@ -64,7 +64,7 @@ class RollupPeriod(models.TextChoices):
     DAY = "day"  # days in the tenant's time zone (as it was when the row counted)
 
 
-class Rollup(TenantOwned):
+class Rollup(TenantOwnedBulk):
     """The ledger summed by period and dimensions, kept up to date by every ledger insert
     (:func:`usage.ledger.record`) in the same statement; the usage API reads only these."""
 
@@ -178,7 +178,7 @@ class BudgetCounter(TenantOwned):
         return f"{self.budget_id} {self.subject} {self.window_start}"
 
 
-class Reservation(TenantOwned):
+class Reservation(TenantOwnedBulk):
     """The worst case of one call, held against every counter it touches (``parts``:
     ``[[counter_id, micros, tokens], ...]``) until the call commits or is released. It lives
     as long as the flow's lock (``lock_key`` holding ``lock_token``): once that lock is gone

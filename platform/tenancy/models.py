@@ -101,6 +101,30 @@ class TenantOwned(models.Model):
         abstract = True
 
 
+class TenantOwnedBulk(TenantOwned):
+    """:class:`TenantOwned` for the rows runs write (threads, turns, messages, events, logs,
+    ledger entries, audit entries): the same ``tenant`` relation, without a database
+    constraint.
+
+    The constraint's check locks the tenant's row (``FOR KEY SHARE``) at every insert, and
+    at every update of a row the same transaction wrote before (PostgreSQL checks an
+    unchanged key then too), so every write of every run of a tenant met on that one row:
+    the hottest row of the database under load. What it guaranteed holds without it: the
+    tenant wall's ``WITH CHECK`` pins ``tenant_id`` to the tenant the writer acts for, which
+    exists (docs/tenant-wall.md). Deleting a tenant still deletes these rows: Django
+    cascades it."""
+
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.CASCADE,
+        related_name="%(app_label)s_%(class)s_set",
+        db_constraint=False,
+    )
+
+    class Meta:
+        abstract = True
+
+
 class Membership(TenantOwned):
     """A human user's role in a tenant (for the admin, the console and session API calls)."""
 

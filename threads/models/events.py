@@ -6,11 +6,11 @@ from django.db import models
 
 from common.ids import new_id
 from common.time import now_us
-from tenancy.models import TenantOwned
+from tenancy.models import TenantOwnedBulk
 from threads.models.threads import Thread
 
 
-class Event(TenantOwned):
+class Event(TenantOwnedBulk):
     """One persisted fact of a thread's event log (see ``threads.events``).
 
     ``sequence`` is gap-free per thread: it is taken from the thread's
@@ -57,7 +57,7 @@ class Event(TenantOwned):
         return f"{self.type} #{self.sequence} of thread {self.thread_id}"
 
 
-class EventCounter(TenantOwned):
+class EventCounter(TenantOwnedBulk):
     """The last event sequence handed out for a thread; its row lock orders the writers."""
 
     # No database constraint, for the reason given on Event.thread.

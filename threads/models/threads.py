@@ -7,13 +7,13 @@ from django.db import models
 
 from common.ids import new_id
 from common.time import now_us
-from tenancy.models import TenantOwned
+from tenancy.models import TenantOwnedBulk
 from threads.models.statuses import RunStatus
 
 TITLE_MAX = 200  # characters of a thread's title
 
 
-class Thread(TenantOwned):
+class Thread(TenantOwnedBulk):
     id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     agent_name = models.CharField(max_length=64)  # the current agent (changes on handoff)
     origin_agent_name = models.CharField(max_length=64)  # never changes
@@ -69,7 +69,7 @@ class Thread(TenantOwned):
         return f"thread {self.id} ({self.agent_name})"
 
 
-class ThreadOwned(TenantOwned):
+class ThreadOwned(TenantOwnedBulk):
     """A row that belongs to one thread (and so to its tenant)."""
 
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="%(class)s_set")

@@ -7,7 +7,7 @@ from django.db import models
 
 from common.ids import new_id
 from common.time import now_us
-from tenancy.models import TenantOwned
+from tenancy.models import TenantOwnedBulk
 from threads.models.statuses import RunStatus
 from threads.models.threads import ThreadOwned
 
@@ -108,7 +108,7 @@ class Turn(ThreadOwned):
         return f"turn {self.id} ({self.status})"
 
 
-class IdempotencyKey(TenantOwned):
+class IdempotencyKey(TenantOwnedBulk):
     """The first answer to a POST sent with ``Idempotency-Key``: a repeat within
     ``threads.services.idempotency.KEY_TTL_US`` with the same body gets it again. The unique
     constraint, not a read, decides which of two racing requests goes first."""

@@ -10,7 +10,7 @@ from django.db import models
 
 from common.ids import new_id
 from common.time import now_us
-from tenancy.models import TenantOwned, TenantQuerySet
+from tenancy.models import TenantOwned, TenantOwnedBulk, TenantQuerySet
 from threads.models.turns import Turn
 
 _Endpoints = models.Manager.from_queryset(TenantQuerySet)
@@ -78,7 +78,7 @@ class DeliveryStatus(models.TextChoices):
     FAILED = "failed"  # every attempt failed, or the endpoint was disabled or removed
 
 
-class WebhookDelivery(TenantOwned):
+class WebhookDelivery(TenantOwnedBulk):
     """One event for one endpoint. ``id`` is the ``webhook-id`` receivers deduplicate on (a
     redelivery keeps it); ``payload`` is the event's envelope, as sockets carry it; ``log``
     has one ``{at, status_code, error, duration_ms}`` per attempt."""
