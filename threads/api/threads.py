@@ -50,7 +50,10 @@ def thread_json(
     started: bool | None = None,
 ) -> dict[str, Any]:
     """A thread; ``status`` is the read model's (see ``read_status``). ``title`` and
-    ``started`` are read for it unless given (a list reads them for its page at once)."""
+    ``started`` are read for it unless given (a list reads them for its page at once), or
+    known: a thread ``counts`` says holds no message has no title but its own."""
+    if title is None and counts is not None and not counts.get("messages"):
+        title = thread.title
     if title is None:
         title = thread_titles(threads=[thread]).get(thread.pk)
     if started is None:
@@ -313,7 +316,7 @@ def thread_opener(
                 return status.HTTP_201_CREATED, thread_json(thread, counts=counts)
             turn = message_submit(principal, thread, given, prefix="input.")
             thread.refresh_from_db()
-            body = thread_json(thread, counts=counts)
+            body = thread_json(thread, counts=counts, started=True)
         created.append(turn)
         return status.HTTP_201_CREATED, {**body, "turn": submitted_json(turn)}
 
