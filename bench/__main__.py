@@ -19,6 +19,7 @@ MODULES = [
     "bench.background",
     "bench.budgets",
     "bench.long_threads",
+    "bench.run_cost",
     "bench.idle",
     "bench.start",
     "bench.peers.suite",
