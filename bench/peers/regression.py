@@ -35,13 +35,17 @@ def recorded_runs(history: Path) -> list[dict[str, Any]]:
 
 
 def last_comparable(
-    runs: Iterable[Mapping[str, Any]], calibration: float
+    runs: Iterable[Mapping[str, Any]], calibration: float, cases: Iterable[str] | None = None
 ) -> Mapping[str, Any] | None:
-    """The newest run whose CPU calibration is within :data:`COMPARABLE` of ``calibration``."""
+    """The newest run whose CPU calibration is within :data:`COMPARABLE` of ``calibration``
+    and, when ``cases`` are given, that holds one of them (a ``peers-quick`` run's sizes
+    name other cases than a full run's)."""
+    wanted = set(cases) if cases is not None else None
     for run in reversed(list(runs)):
-        recorded = [row["notes"].get("cpu_calibration_ms_at_start") for row in run["rows"]
-                    if row["benchmark"] == "peers"]  # fmt: skip
-        then = recorded[0] if recorded else None
+        rows = [row for row in run["rows"] if row["benchmark"] == "peers"]
+        then = rows[0]["notes"].get("cpu_calibration_ms_at_start") if rows else None
+        if wanted is not None and wanted.isdisjoint(row["case"] for row in rows):
+            continue
         if isinstance(then, int | float) and abs(then - calibration) <= COMPARABLE * calibration:
             return run
     return None

@@ -13,6 +13,7 @@ starting a run, from its first request to its first model call.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,13 +34,14 @@ Results = Mapping[str, Sequence[Repetition]]  # system -> its repetitions
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    if len(values) == 1:
-        return values[0]
+    """The ``q`` quantile; NaN when no run ended well (every one failed)."""
+    if len(values) <= 1:
+        return values[0] if values else math.nan
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 def p50_ms(outcome: Outcome) -> float:
-    return statistics.median(outcome.latencies_s) * 1000
+    return quantile(outcome.latencies_s, 0.5) * 1000
 
 
 def p95_ms(outcome: Outcome) -> float:

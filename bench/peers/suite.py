@@ -117,8 +117,9 @@ def compare(sizes: Sizes) -> list[Row]:
         cpu_calibration_ms_at_start=calibration, cpu_calibration_ms_at_end=cpu_calibration_ms(),
     )  # fmt: skip
     previous = regression.last_comparable(
-        regression.recorded_runs(RESULTS_DIR / "history.jsonl"), calibration
-    )
+        regression.recorded_runs(RESULTS_DIR / "history.jsonl"), calibration,
+        [row.case for row in rows],
+    )  # fmt: skip
     return regression.guarded(rows, previous)
 
 

@@ -71,3 +71,14 @@ def test_only_a_run_of_comparable_calibration_is_compared_the_newest_first(tmp_p
     assert found["at"] == "2026-11-02T00:00:00Z"
     assert last_comparable(recorded, 200.0) is None
     assert recorded_runs(tmp_path / "absent.jsonl") == []
+
+
+def test_a_run_of_other_sizes_is_passed_over_for_the_newest_holding_the_same_cases() -> None:
+    full = _run("2026-11-01T00:00:00Z", 100.0, {"web": 10.0})
+    quick = _run("2026-11-02T00:00:00Z", 100.0, {"web": 30.0})
+    quick["rows"][0]["case"] = "(b) 2 x 3 runs, ours"
+
+    found = last_comparable([full, quick], 100.0, [CASE])
+
+    assert found is full
+    assert last_comparable([full, quick], 100.0) is quick  # without cases: the newest

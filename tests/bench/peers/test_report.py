@@ -3,6 +3,8 @@ configurations, and reports A (the CPU to start a run) from the concurrency scen
 
 from __future__ import annotations
 
+import math
+
 from bench.peers import report
 from bench.peers.scenarios import START_MARKS_S, Outcome, Sizes
 
@@ -72,3 +74,15 @@ def test_failed_runs_are_missed_and_counted_in_the_table() -> None:
     (ours_b,) = [row for row in rows if row.case.startswith("(b)") and row.case.endswith("ours")]
     assert ours_b.measured.endswith("(MISSED: 1 runs failed)")
     assert "runs failed (all repetitions)" in table
+
+
+def test_a_scenario_whose_every_run_failed_has_no_latency_but_a_row() -> None:
+    ours = _system(wall_s=1.0, cpu_s=0.3)
+    ours[0]["a"] = Outcome(runs=2, wall_s=1.0, latencies_s=[], cpu_s={"server": 0.1},
+                           failed=["no answer", "no answer"])  # fmt: skip
+
+    rows = report.rows({report.OURS: ours}, report.plan(Sizes()))
+
+    (ours_a,) = [row for row in rows if row.case.startswith("(a)")]
+    assert math.isnan(ours_a.p50_ms)
+    assert ours_a.measured.endswith("(MISSED: 2 runs failed)")
