@@ -15,9 +15,11 @@ from tenancy.models import Tenant
 from tests.support import current_database_url, server_warm_up
 from tests.worker import Worker, private_queue, tasks_routed_to, worker_start
 from threads.models import RunStatus, Turn
+from threads.models.webhooks import DeliveryStatus, WebhookDelivery
 
 START_TIMEOUT_S = 60.0
 QUIESCE_TIMEOUT_S = 10.0
+NEVER_US = 2**62  # a delivery's next attempt that never comes
 _WORKING = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
 
 
@@ -55,7 +57,8 @@ def working_for(live: Live, tenant: Tenant) -> Iterator[None]:
     """One test's span on a live platform that outlives it: its own tasks go to the live
     worker (and only during the test: later tests route theirs their own way), and at its
     end the tenant's turns are left to rest (ended, paused, or parked on a terminated or
-    stopped thread), since emptying the database while the worker writes can deadlock."""
+    stopped thread) and its webhook deliveries to wait (no attempt starts, the one under way
+    ends), since emptying the database while the worker writes can deadlock."""
     with tasks_routed_to(live.worker.queue):
         yield
     deadline = time.monotonic() + QUIESCE_TIMEOUT_S
@@ -65,3 +68,9 @@ def working_for(live: Live, tenant: Tenant) -> Iterator[None]:
     )  # fmt: skip
     while working.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+    deliveries = WebhookDelivery.objects.filter(tenant=tenant)
+    waiting = deliveries.filter(status=DeliveryStatus.PENDING)
+    waiting.update(next_attempt_at=NEVER_US)
+    while deliveries.filter(status=DeliveryStatus.SENDING).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waiting.update(next_attempt_at=NEVER_US)  # the attempt that was under way set its next

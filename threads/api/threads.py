@@ -43,12 +43,9 @@ from threads.services.turns import read_status, thread_read_model
 
 
 def thread_json(
-    thread: Thread,
-    *,
-    counts: dict[str, int] | None = None,
-    title: str | None = None,
+    thread: Thread, *, counts: dict[str, int] | None = None, title: str | None = None,
     started: bool | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """A thread; ``status`` is the read model's (see ``read_status``). ``title`` and
     ``started`` are read for it unless given (a list reads them for its page at once), or
     known: a thread ``counts`` says holds no message has no title but its own."""
