@@ -32,6 +32,7 @@ from threads.services.lock import (
     lock_acquire,
     lock_is_held,
     lock_key,
+    outage_key,
     outage_note,
     outage_noted,
     wake_key,
@@ -663,5 +664,5 @@ def test_an_outage_note_holds_for_every_recovery_of_the_cut_turn_and_no_other(
     assert (first, superseded_and_recovered_again) == (True, True)
     assert another_turn is False
     assert later_after_its_own_outage is True
-    assert 0 < pttl(f"{ids['tenant_id']}:thread:{ids['thread_id']}:outage") <= OUTAGE_NOTE_TTL_MS
-    redis_client().delete(f"{ids['tenant_id']}:thread:{ids['thread_id']}:outage")
+    assert 0 < pttl(outage_key(**ids)) <= OUTAGE_NOTE_TTL_MS
+    redis_client().delete(outage_key(**ids))

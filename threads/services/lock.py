@@ -164,6 +164,10 @@ def wake_key(*, tenant_id: Id, thread_id: Id) -> str:
     return f"{tenant_id}:thread:{thread_id}:wake"
 
 
+def outage_key(*, tenant_id: Id, thread_id: Id) -> str:
+    return f"{tenant_id}:thread:{thread_id}:outage"
+
+
 # How long a note that an outage cut a thread's drive short waits for the next drive.
 OUTAGE_NOTE_TTL_MS: Final = 600_000
 
@@ -172,7 +176,8 @@ def outage_note(*, tenant_id: Id, thread_id: Id) -> None:
     """Note that an outage cut the thread's drive short (its turn still says running), for
     the next drive to tell that from a crash (:func:`outage_noted`). Raises
     :class:`redis.RedisError` when Redis cannot answer (the next drive then sees a crash)."""
-    redis_client().set(f"{tenant_id}:thread:{thread_id}:outage", "1", px=OUTAGE_NOTE_TTL_MS)
+    redis_client().set(outage_key(tenant_id=tenant_id, thread_id=thread_id), "1",
+                       px=OUTAGE_NOTE_TTL_MS)  # fmt: skip
 
 
 def outage_noted(*, tenant_id: Id, thread_id: Id, turn_id: Id) -> bool:
@@ -183,7 +188,7 @@ def outage_noted(*, tenant_id: Id, thread_id: Id, turn_id: Id) -> bool:
     superseded while the outage settles (its lock expired while PostgreSQL was away), and the
     recovery after it is still of the same outage. A later turn's recovery is a crash's."""
     client = redis_client()
-    key = f"{tenant_id}:thread:{thread_id}:outage"
+    key = outage_key(tenant_id=tenant_id, thread_id=thread_id)
     noted = client.get(key)
     if noted is None:
         return False
