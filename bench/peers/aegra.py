@@ -5,9 +5,8 @@ Aegra needs it, this project runs 3.11) and reused after. Started as ``aegra ser
 it in production: ``uvicorn aegra_api.main:app`` with ``AEGRA_CONFIG`` naming
 :file:`aegra.json` (which registers the graphs of :mod:`bench.peers.graph`), on a fresh
 database of the same PostgreSQL server (migrated first, as Aegra's docs advise for more than
-one process) and the same Redis,
-in each of its two configurations (:data:`MODES`), the bench taking the stronger of the two
-for each figure:
+one process) and the same Redis, in each of its two configurations (:data:`MODES`), the
+bench taking the stronger of the two for each figure:
 
 * ``aegra-redis``: ``REDIS_BROKER_ENABLED=true``, runs go through Aegra's Redis job queue to
   its in-process workers, with leases and crash recovery, as its docs recommend for

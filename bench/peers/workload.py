@@ -87,15 +87,16 @@ class JsonConnection:
     def text(self, method: str, path: str, body: Json | None = None) -> tuple[int, str]:
         """``(status, body)`` of one request, the whole body read. A kept-alive connection
         the server closed meanwhile is opened again and the request sent once more, as
-        HTTP clients do (the server closed it before reading the request)."""
+        HTTP clients do: only when sending it failed, so the server never read it (a
+        connection lost while waiting for the answer is an error: the run may have
+        started)."""
         payload = None if body is None else json.dumps(body)
         try:
             self._connection.request(method, path, body=payload, headers=self._headers)
-            response = self._connection.getresponse()
-        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+        except (BrokenPipeError, ConnectionResetError):
             self._connection.close()
             self._connection.request(method, path, body=payload, headers=self._headers)
-            response = self._connection.getresponse()
+        response = self._connection.getresponse()
         return response.status, response.read().decode()
 
     def request(self, method: str, path: str, body: Json | None = None) -> tuple[int, Any]:
